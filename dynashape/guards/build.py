@@ -10,6 +10,7 @@ says in words which one failed.
 """
 from __future__ import annotations
 
+import itertools
 import operator
 from dataclasses import dataclass, field
 
@@ -115,6 +116,7 @@ def build_guards(tracer, env, *, globals_=None, closure=None, modules=(), grad_e
                 lines.append(f"if {v}.stride() != {t.strides!r}: return False")
         readable.append(_tensor_text(t, tracer.strides_observed))
 
+    alias_extra = _aliasing_guards(tracer, local_of, lines, readable, ns)
     if pinned:
         ns["_pinned"] = tuple(p for p, _ in pinned)
         ns["_pinned_state"] = [st for _, st in pinned]
@@ -143,7 +145,7 @@ def build_guards(tracer, env, *, globals_=None, closure=None, modules=(), grad_e
         lines.append("if not (" + " and ".join(f"({g.code})" for g in fast) + "): return False")
     readable += [g.code for g in shape_guards]
 
-    extra = []
+    extra = alias_extra
     lines.append(f"if torch.is_grad_enabled() is not {grad_enabled}: return False")
     ns["_autocast_state"], ns["_autocast0"] = autocast_state, autocast_state()
     ns["_any_autocast"] = torch._C._is_any_autocast_enabled
@@ -174,6 +176,49 @@ def build_guards(tracer, env, *, globals_=None, closure=None, modules=(), grad_e
     exec_source(src, "guards", ns)
     return GuardSet(ns["guard"], src, readable, list(tracer.tensor_inputs), list(tracer.value_inputs),
                     shape_guards, ns, extra)
+
+
+def _aliasing_guards(tracer, local_of, lines, readable, ns) -> list:
+    """Which tensor inputs are one object: the trace gave `f(a, a)` one fake for both, so the entry
+    is for that call only. When the graph mutates in place, distinct inputs must stay distinct and
+    must not share memory (the trace did not model a write seen through the other). Returns the
+    checks for `explain`."""
+    free = [(t.source, local_of[t.source]) for t in tracer.tensor_inputs if t.example is None]
+    names = [v for _, v in free]
+    extra = []
+    if tracer.mutates and len(names) >= 2:  # without in-place ops, f(a, a) computes what f(a, b) would
+        if len(names) <= 5:
+            lines.append("if " + " or ".join(f"{a} is {b}" for a, b in itertools.combinations(names, 2))
+                         + ": return False")
+        else:
+            lines.append(f"if len({{id(_t) for _t in ({', '.join(names)})}}) != {len(names)}: return False")
+        ns["_shares_memory"] = shares_memory
+        lines.append(f"if _shares_memory({', '.join(names)}): return False")
+        readable.append(f"distinct tensors, no shared memory: {', '.join(s.name() for s, _ in free)}")
+        for (a, _), (b, _) in itertools.combinations(free, 2):
+            extra.append((f"{a.name()} is not {b.name()}", f"{a.pretty()} and {b.pretty()} are different tensors "
+                          "(the function mutates in place and the trace saw them distinct)", None))
+        extra.append((f"not _shares_memory({', '.join(s.name() for s, _ in free)})",
+                      "inputs of a function that mutates in place do not share memory", None))
+    for src, first in tracer.aliases:
+        lines.append(f"if {src.code()} is not {local_of.get(first) or first.code()}: return False")
+        readable.append(f"{src.name()} is {first.name()}")
+        extra.append((f"{src.name()} is {first.name()}", f"{src.pretty()} is the same tensor as {first.pretty()} "
+                      "(as when traced)", None))
+    return extra
+
+
+def shares_memory(*tensors) -> bool:
+    """Whether two of the tensors use one storage (empty storages share nothing)."""
+    seen = set()
+    for t in tensors:
+        st = t.untyped_storage()
+        if st.nbytes():
+            p = st.data_ptr()
+            if p in seen:
+                return True
+            seen.add(p)
+    return False
 
 
 def _module_state(m: torch.nn.Module):

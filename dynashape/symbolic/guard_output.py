@@ -82,8 +82,9 @@ def produce_guards(env, source_code=None) -> list[ShapeGuard]:
         expr = env.substitute(g.expr)  # not the facts learned from this very guard
         if expr is sympy.true or not printable(expr):
             continue
-        if _single_symbol_bound(expr) or env.implied_by_ranges(expr):
-            continue  # the range guards below imply it
+        if env.implied_by_ranges(expr):
+            continue  # the range guards below imply it (proven, never assumed: a guard learned
+            # while it had two symbols narrowed no range, even if a replacement left it one)
         emit(pyexpr(expr, name_of), sorted(expr.free_symbols, key=str), g.location)
 
     for sym, info in env.var_info.items():
@@ -101,16 +102,6 @@ def produce_guards(env, source_code=None) -> list[ShapeGuard]:
         emit(code, [sym], None, why)
         out[-1].bounds = (lo, hi, lo_loc, hi_loc)
     return out
-
-
-def _single_symbol_bound(expr) -> bool:
-    """`a*s + c <= 0`-style guards: folded into the symbol's range guard."""
-    from .relations import EQ, NE, canon
-    c = canon(expr) if isinstance(expr, sympy.Rel) else None
-    if c is None or c[0] in (EQ, NE):
-        return False
-    coeff, rest = c[1].as_coeff_Mul()
-    return rest.is_Symbol
 
 
 def compile_guards(guards: list[ShapeGuard], name: str = "shape_guards"):

@@ -78,6 +78,10 @@ class Tracer:
         self.derived_sizes: list[tuple[Source, sympy.Expr]] = []  # input sizes given as expressions
         self.fallbacks: list[str] = []
         self._bound: set = set()
+        self.aliases: list[tuple[Source, Source]] = []  # (source, earlier source of the same tensor)
+        self._source_of: dict[int, Source] = {}  # id(real tensor) -> the source it was first read from
+        self.mutates = False  # the trace ran an in-place op (or out=, or setitem)
+        self._input_tensors: list = []  # (source, real tensor) of tensor inputs, in order
 
     # ----------------------------------------------------------------- inputs
     def register_module(self, module: torch.nn.Module, source: Source) -> None:
@@ -126,7 +130,12 @@ class Tracer:
 
     def tensor_input(self, t: torch.Tensor, source: Source, kind: str = "size") -> FakeTensor:
         if id(t) in self._fakes:
+            first = self._source_of.get(id(t))
+            if first is not None and first != source:  # f(a, a): the guards require the same object
+                self.aliases.append((source, first))
             return self._fakes[id(t)]
+        self._source_of[id(t)] = source
+        self._input_tensors.append((source, t))
         sizes = []
         for i, hint in enumerate(t.shape):
             pol = self.policy(SizeSource(source, i), hint, kind, t, i)
@@ -206,11 +215,28 @@ class Tracer:
     def run(self, fn, args, kwargs):
         with tracing_scope(self), intercept_global_state(self), TracingMode(self):
             out = fn(*args, **kwargs)
+        if self.mutates:
+            self._refuse_shared_memory()
         self._emit_pending_asserts()
         self.graph.output(self.to_ir(out))
         self.graph.symbol_bounds = {s: (vr.lo, vr.hi) for s, vr in self.env.var_to_range.items()
                                     if s in self.env._unbacked}
         return out
+
+    def _refuse_shared_memory(self) -> None:
+        """Distinct input tensors over one storage, and the trace mutates: the fakes do not model
+        that a write through one is seen through the other, so this call runs eagerly."""
+        seen: dict = {}
+        for src, t in self._input_tensors:
+            if isinstance(src, ModuleMemberSource) or t.untyped_storage().nbytes() == 0:
+                continue
+            key = t.untyped_storage().data_ptr()
+            if key in seen:
+                self.mutates = False  # the eager entry this break makes serves any aliasing
+                raise GraphBreak(f"inputs {seen[key].pretty()} and {src.pretty()} share memory and the "
+                                 "function changes a tensor in place", None,
+                                 "What to do: pass tensors that do not overlap (e.g. .clone() one of them).")
+            seen[key] = src
 
     def observe_strides(self, t: FakeTensor):
         """The user read strides or contiguity: guard the inputs' layouts from now on."""
@@ -224,6 +250,8 @@ class Tracer:
 
     def call_op(self, func, rule, args, kwargs):
         args, kwargs = _map((args, kwargs), self._lift_leaf)
+        if not self.mutates and _is_inplace(func, kwargs):
+            self.mutates = True
         meta_args, meta_kwargs, device = self._meta_args(func, args, kwargs)
         try:
             out = meta_cache.call(_META_IMPL.get(func, func), meta_args, meta_kwargs)
@@ -409,6 +437,18 @@ class Tracer:
         if isinstance(value, slice):
             return slice(self.to_ir(value.start), self.to_ir(value.stop), self.to_ir(value.step))
         return value
+
+
+_INPLACE_DUNDERS = {"__setitem__", "__iadd__", "__isub__", "__imul__", "__itruediv__", "__ifloordiv__",
+                    "__imod__", "__ipow__", "__iand__", "__ior__", "__ixor__", "__ilshift__", "__irshift__",
+                    "__imatmul__"}
+
+
+def _is_inplace(func, kwargs) -> bool:
+    name = getattr(func, "__name__", "")
+    if name in _INPLACE_DUNDERS or (name.endswith("_") and not name.startswith("_")):
+        return True
+    return kwargs.get("out") is not None
 
 
 def T_stride(t):
