@@ -11,6 +11,7 @@ says in words which one failed.
 from __future__ import annotations
 
 import itertools
+import math
 import operator
 from dataclasses import dataclass, field
 
@@ -147,6 +148,14 @@ def build_guards(tracer, env, *, globals_=None, closure=None, modules=(), grad_e
 
     extra = alias_extra
     lines.append(f"if torch.is_grad_enabled() is not {grad_enabled}: return False")
+    # the default dtype decides factories' and Python scalars' dtypes, read or not
+    flags = {"torch.get_default_dtype()": (torch.get_default_dtype, torch.get_default_dtype())}
+    flags.update(tracer.flag_reads)
+    for text, (getter, value) in flags.items():
+        g, v = const(getter, "flag"), const(value, "v")
+        lines.append(f"if {g}() != {v}: return False")
+        readable.append(f"{text} == {value!r}")
+        extra.append((f"{g}() == {v}", f"{text} == {value!r}", (text, f"{g}()")))
     ns["_autocast_state"], ns["_autocast0"] = autocast_state, autocast_state()
     ns["_any_autocast"] = torch._C._is_any_autocast_enabled
     if any(on for on, _ in ns["_autocast0"]):
@@ -245,15 +254,18 @@ def _tensor_text(t: TensorInput, strides: bool) -> str:
 def _value_check(v: ValueInput, const):
     name = v.source.name()
     if v.kind in ("symint", "symfloat"):
-        t = v.kind[3:]
-        return f"type({name}) is {t}", f"type({name}) is {t}"
+        t = type(v.value) if v.value is not None else (int if v.kind == "symint" else float)
+        tname = t.__name__ if t in (int, float) else const(t, "type")
+        return f"type({name}) is {tname}", f"type({name}) is {t.__name__}"
     if v.kind == "const":
         val = v.value
         if val is None or isinstance(val, bool):
             return f"{name} is {val}", f"{name} is {val}"
-        if isinstance(val, (int, float, str)):
-            return (f"type({name}) is {type(val).__name__} and {name} == {val!r}",
-                    f"{name} == {val!r}")
+        if isinstance(val, (int, float, str)) or _numpy_scalar(val):
+            t = type(val)
+            tname = t.__name__ if t in (int, float, str) else const(t, "type")
+            plain = val.item() if _numpy_scalar(val) else val
+            return f"type({name}) is {tname} and {_same_value(name, plain, const)}", f"{name} == {val!r}"
         return f"{name} == {const(val)}", f"{name} == {val!r}"
     if v.kind == "type":
         code = f"type({name}) is {const(v.value, 'type')}"
@@ -265,6 +277,24 @@ def _value_check(v: ValueInput, const):
     if v.kind == "id":
         return f"{name} is {const(v.value, 'o')}", f"{name} is <the same {type(v.value).__name__}>"
     raise ValueError(v.kind)
+
+
+def _numpy_scalar(v) -> bool:
+    return type(v).__module__ == "numpy" and getattr(v, "shape", None) == () and hasattr(v, "item")
+
+
+def _same_value(name: str, val, const) -> str:
+    """`name` holds exactly `val`: nan equals nan, -0.0 is not 0.0, inf needs no global name."""
+    if isinstance(val, float):
+        if val != val:
+            return f"{name} != {name}"
+        if val == 0.0:  # 1/-0.0 is -inf: the sign shows through copysign
+            return f"{name} == 0.0 and {const(math.copysign, 'copysign')}(1.0, {name}) == {math.copysign(1.0, val)}"
+        if math.isinf(val) or type(val) is not float:
+            return f"{name} == {const(float(val), 'f')}"
+    if type(val) not in (int, float, str):  # an int or str subclass (numpy scalars, enums): by value
+        return f"{name} == {const(val)}"
+    return f"{name} == {val!r}"
 
 
 def _explain_tensor(t: TensorInput, ns) -> str | None:

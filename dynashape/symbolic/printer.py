@@ -50,15 +50,40 @@ def sympy_str(expr) -> str:
     return _STR.doprint(expr)
 
 
-def pyexpr(expr: sympy.Basic, name_of: Callable[[sympy.Symbol], str] | None = None) -> str:
+def pyexpr(expr: sympy.Basic, name_of: Callable[[sympy.Symbol], str] | None = None, *,
+           integer: bool = False) -> str:
     """Python source computing `expr`; `name_of(sym)` spells each symbol (default: its name).
+
+    `integer`: the value is an int (a size): rational coefficients are cleared so the text
+    computes in ints exactly, `(s0*s1 - s1) // 2` rather than `s1*(s0 - 1)/2` (a float).
 
     >>> pyexpr(sympy.Le(2, sympy.Symbol("s0")))
     's0 >= 2'
     """
     if not isinstance(expr, sympy.Basic):
         expr = sympy.sympify(expr)
-    return _Printer(name_of)(expr)[0]
+    printer = _Printer(name_of)
+    if integer and not expr.is_Number and _has_rational(expr):
+        num, den = _int_fraction(expr)
+        return printer(num)[0] if den == 1 else f"{printer.wrap(num, MUL)} // {den}"
+    return printer(expr)[0]
+
+
+def _int_fraction(expr) -> tuple[sympy.Expr, int]:
+    """`expr == num / den` with `num` free of rational coefficients at every level (outside
+    function arguments, which print on their own), and `den` a positive int."""
+    num, den = sympy.fraction(sympy.together(expr))
+    if not den.is_Integer or _has_rational(num):  # e.g. a rational inside a power: leave it
+        return expr, 1
+    return num, int(den)
+
+
+def _has_rational(e) -> bool:
+    if e.is_Rational:
+        return not e.is_Integer
+    if isinstance(e, sympy.Function):
+        return False
+    return any(_has_rational(a) for a in e.args)
 
 
 @functools.lru_cache(maxsize=1024)
@@ -174,6 +199,10 @@ class _Printer:
         lhs, rhs = e.args
         if lhs.is_Number and not rhs.is_Number:
             lhs, rhs, op = rhs, lhs, _FLIP[op]  # `s0 >= 2`: the symbol side first
+        if _has_rational(lhs) or _has_rational(rhs):  # sizes compare in ints: scale both sides
+            (nl, dl), (nr, dr) = _int_fraction(lhs), _int_fraction(rhs)
+            if not (_has_rational(nl * dr) or _has_rational(nr * dl)):
+                lhs, rhs = nl * dr, nr * dl
         # operands bind tighter than comparisons, so `a < b == c` chaining never appears
         return f"{self.wrap(lhs, CMP + 1)} {op} {self.wrap(rhs, CMP + 1)}", CMP
 

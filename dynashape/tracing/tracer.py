@@ -81,6 +81,7 @@ class Tracer:
         self.aliases: list[tuple[Source, Source]] = []  # (source, earlier source of the same tensor)
         self._source_of: dict[int, Source] = {}  # id(real tensor) -> the source it was first read from
         self.mutates = False  # the trace ran an in-place op (or out=, or setitem)
+        self.flag_reads: dict = {}  # "torch.get_...()" -> (getter, value read): guarded
         self._input_tensors: list = []  # (source, real tensor) of tensor inputs, in order
 
     # ----------------------------------------------------------------- inputs
@@ -98,7 +99,8 @@ class Tracer:
         """A real argument as what the traced code sees (FakeTensor, SymInt, or the value)."""
         if isinstance(value, torch.Tensor):
             return self.tensor_input(value, source, "param" if isinstance(value, torch.nn.Parameter) else "size")
-        if isinstance(value, bool) or value is None or isinstance(value, (str, torch.dtype, torch.device)):
+        if isinstance(value, bool) or value is None or isinstance(value, (str, torch.dtype, torch.device)) \
+                or (type(value).__module__ == "numpy" and getattr(value, "shape", None) == ()):  # numpy scalars
             self.value_inputs.append(ValueInput(source, value, "const"))
             return value
         if isinstance(value, (int, float)):
