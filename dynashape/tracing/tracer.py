@@ -349,7 +349,11 @@ class Tracer:
                     else None) if outs else None
         node = self.graph.call(func, ir_args, ir_kwargs, meta, user_location(),
                                torch.is_grad_enabled(), name_hint=_fname(func).split(".")[-1])
-        in_fakes = {id(a): a for a in leaves((args, kwargs)) if isinstance(a, FakeTensor)}
+        # an in-place op returns the tensor it changed: the same fake (maybe resized). An op that
+        # merely returned its input on the example (`contiguous()`, `to()`, `float()`) may copy on
+        # another input, so its result is a value of its own, computed by the recorded call.
+        in_fakes = {id(a): a for a in leaves((args, kwargs)) if isinstance(a, FakeTensor)} \
+            if _is_inplace(func, kwargs) else {}
 
         def wrap(x, path):
             if not isinstance(x, torch.Tensor):
