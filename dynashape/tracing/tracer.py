@@ -259,10 +259,16 @@ class Tracer:
             out = meta_cache.call(_META_IMPL.get(func, func), meta_args, meta_kwargs)
         except (NotImplementedError, RuntimeError) as e:  # e.g. nonzero, or F.one_hot reading .item()
             if rule is not None and self._has_unbacked((args, kwargs)):
-                # sizes known only at run time (x.split(t.tolist())): the example sizes the meta run
-                # got need not fit together, so the rule alone gives the outputs
+                # sizes known only at run time (x.split(t.tolist()), x[x > 0] * y): the stand-in sizes
+                # the meta run got need not fit together, so the rule gives the shapes
                 shapes = rule(*args, **kwargs)
-                return self._record(func, args, kwargs, self._meta_like(args, shapes), shapes, device)
+                return self._record(func, args, kwargs, self._meta_for_rule(func, args, kwargs, shapes),
+                                    shapes, device)
+            if rule is None and self._has_unbacked((args, kwargs)):
+                raise GraphBreak(f"{_fname(func)} has no symbolic rule, and its inputs have sizes known only "
+                                 f"at run time", user_location(),
+                                 "What to do: make the size static (e.g. pad to a fixed length), or move "
+                                 "this op out of the compiled function.") from None
             if isinstance(e, RuntimeError) and "meta" not in str(e):
                 raise
             raise GraphBreak(f"{_fname(func)} needs the tensor's data to know its output "
@@ -273,16 +279,33 @@ class Tracer:
             shapes = self._fallback(func, args, kwargs, out)
         return self._record(func, args, kwargs, out, shapes, device)
 
+    def _unbacked(self, s) -> bool:
+        return isinstance(s, SymBase) and not s.node.expr.free_symbols.isdisjoint(self.env._unbacked)
+
     def _has_unbacked(self, obj) -> bool:
-        return any(isinstance(a, SymBase) and not a.node.expr.free_symbols.isdisjoint(self.env._unbacked)
+        return any(self._unbacked(a) or (isinstance(a, FakeTensor) and any(map(self._unbacked, a.ds_sizes)))
                    for a in leaves(obj))
 
-    @staticmethod
-    def _meta_like(args, shapes):
-        """Meta outputs of the rule's shapes, with the first tensor argument's dtype."""
-        dtype = next((a.dtype for a in leaves(args) if isinstance(a, torch.Tensor)), torch.float32)
-        make = lambda s: torch.empty([meta_value(d) for d in s], dtype=dtype, device="meta")  # noqa: E731
-        return make(shapes) if isinstance(shapes, tuple) else tuple(make(s) for s in shapes)
+    def _meta_for_rule(self, func, args, kwargs, shapes):
+        """Meta outputs of the rule's shapes. Their dtypes come from a meta run in which every
+        data-dependent size is 1 (it fits any broadcast and matmul); failing that, from the first
+        tensor argument."""
+        def ones(x):
+            if isinstance(x, FakeTensor) and any(map(self._unbacked, x.ds_sizes)):
+                size = [1 if self._unbacked(d) else meta_value(d) for d in x.ds_sizes]
+                return torch.empty(size, dtype=x.dtype, device="meta")
+            return _meta_leaf(x)
+        shape_list = [shapes] if isinstance(shapes, tuple) else list(shapes)
+        try:
+            probe = meta_cache.call(_META_IMPL.get(func, func), *_map((args, kwargs), ones))
+            dtypes = [t.dtype for t in _tensors(probe)]
+        except (NotImplementedError, RuntimeError):
+            dtypes = []
+        if len(dtypes) != len(shape_list):
+            dtype = next((a.dtype for a in leaves(args) if isinstance(a, torch.Tensor)), torch.float32)
+            dtypes = [dtype] * len(shape_list)
+        outs = [torch.empty([meta_value(d) for d in s], dtype=dt, device="meta") for s, dt in zip(shape_list, dtypes)]
+        return outs[0] if isinstance(shapes, tuple) else tuple(outs)
 
     def _lift_leaf(self, x):
         if isinstance(x, torch.Tensor) and not isinstance(x, FakeTensor):
