@@ -111,11 +111,16 @@ def build_guards(tracer, env, *, globals_=None, closure=None, modules=(), grad_e
                                                      if s is not None]
         lines.append(f"if {' or '.join(checks)}: return False")
         if tracer.strides_observed:
-            if t.contiguous:
-                lines.append(f"if not {v}.is_contiguous(): return False")
+            if t.contiguous and t.strides == canonical_strides(t.example_shape):
+                # exactly the strides torch.empty(shape) has (is_contiguous() ignores the strides of
+                # size-1 dims and of empty tensors, which the trace may have read)
+                ns["_canonical_strides"] = canonical_strides
+                lines.append(f"if {v}.stride() != _canonical_strides({v}s): return False")
             else:
                 lines.append(f"if {v}.stride() != {t.strides!r}: return False")
-        readable.append(_tensor_text(t, tracer.strides_observed))
+        if tracer.offsets_observed:
+            lines.append(f"if {v}.storage_offset() != {t.storage_offset}: return False")
+        readable.append(_tensor_text(t, tracer.strides_observed, tracer.offsets_observed))
 
     alias_extra = _aliasing_guards(tracer, local_of, lines, readable, ns)
     if pinned:
@@ -217,6 +222,15 @@ def _aliasing_guards(tracer, local_of, lines, readable, ns) -> list:
     return extra
 
 
+def canonical_strides(shape) -> tuple:
+    """The strides of `torch.empty(shape)`."""
+    out, acc = [], 1
+    for n in reversed(shape):
+        out.append(acc)
+        acc *= max(n, 1)
+    return tuple(reversed(out))
+
+
 def shares_memory(*tensors) -> bool:
     """Whether two of the tensors use one storage (empty storages share nothing)."""
     seen = set()
@@ -242,12 +256,15 @@ def _module_state(m: torch.nn.Module):
     return out
 
 
-def _tensor_text(t: TensorInput, strides: bool) -> str:
+def _tensor_text(t: TensorInput, strides: bool, offset: bool = False) -> str:
     sizes = ", ".join("None" if s is None else str(s) for s in t.sizes)
     text = (f"check_tensor({t.source.name()}, {t.tensor_type.__name__}, {t.dtype}, device={str(t.device)!r}, "
             f"requires_grad={t.requires_grad}, size=[{sizes}]")
     if strides:
-        text += ", contiguous" if t.contiguous else f", stride={list(t.strides)}"
+        text += ", contiguous" if t.contiguous and t.strides == canonical_strides(t.example_shape) \
+            else f", stride={list(t.strides)}"
+    if offset:
+        text += f", storage_offset={t.storage_offset}"
     return text + ")"
 
 

@@ -75,6 +75,7 @@ class Tracer:
         self._keep: list = []  # keeps real tensors alive while their ids are keys
         self._module_tensors: set[int] = set()  # ids of parameters and buffers of modules
         self.strides_observed = False
+        self.offsets_observed = False
         self.derived_sizes: list[tuple[Source, sympy.Expr]] = []  # input sizes given as expressions
         self.fallbacks: list[str] = []
         self._bound: set = set()
@@ -83,6 +84,7 @@ class Tracer:
         self.mutates = False  # the trace ran an in-place op (or out=, or setitem)
         self.flag_reads: dict = {}  # "torch.get_...()" -> (getter, value read): guarded
         self._input_tensors: list = []  # (source, real tensor) of tensor inputs, in order
+        self._offsets: dict[int, int] = {}  # id(input fake) -> the real tensor's storage offset
 
     # ----------------------------------------------------------------- inputs
     def register_module(self, module: torch.nn.Module, source: Source) -> None:
@@ -167,8 +169,10 @@ class Tracer:
         self.tensor_inputs.append(TensorInput(
             source, t.dtype, t.device, t.requires_grad,
             tuple(s if isinstance(s, int) else None for s in sizes), tuple(t.stride()),
-            t.is_contiguous(), type(t), kind == "param", t if self._pinned(t, source, sizes) else None))
+            t.is_contiguous(), type(t), kind == "param", t if self._pinned(t, source, sizes) else None,
+            t.storage_offset(), tuple(t.shape)))
         self._fakes[id(t)] = fake
+        self._offsets[id(fake)] = t.storage_offset()
         self._keep.append(t)
         return fake
 
@@ -240,15 +244,43 @@ class Tracer:
                                  "What to do: pass tensors that do not overlap (e.g. .clone() one of them).")
             seen[key] = src
 
+    def observe_storage_offset(self, t: FakeTensor) -> int:
+        """An input's storage offset is guarded (the fakes start at 0); a computed tensor's
+        depends on how its inputs sit in memory, which the trace does not model."""
+        offset = self._offsets.get(id(t))
+        if offset is None:
+            raise GraphBreak("storage_offset() of a tensor computed inside the function", user_location(),
+                             "What to do: read it outside the compiled function, or from an input.")
+        self.offsets_observed = True  # the guards check each input's storage offset
+        return offset
+
     def observe_strides(self, t: FakeTensor):
-        """The user read strides or contiguity: guard the inputs' layouts from now on."""
+        """The user read strides or contiguity: guard the inputs' layouts from now on.
+
+        Dense layouts have strides in terms of the sizes. A size-1 (or empty) dim's stride is
+        arbitrary: an input's is guarded exactly; a computed tensor's, like any layout not dense,
+        depends on how its inputs were sized, so every input size is specialized and the meta
+        strides (exact once the input layouts are guarded) are the answer."""
         self.strides_observed = True
+        meta = tuple(T_stride(t))
+        for n in t.ds_sizes:  # a size that may be 0 or 1 (size-oblivious): decide which, by the example
+            if isinstance(n, SymBase) and not n >= 2:
+                int(n)
+        known = [n if isinstance(n, int) else self.env.static_value(n.node.expr) for n in t.ds_sizes]
         strides = symbolic_strides(t)
-        if strides is None:  # not dense: specialize the sizes it depends on
-            for s in t.ds_sizes:
-                int(s)
-            return tuple(T_stride(t))
-        return strides
+        if strides is not None:
+            is_input = getattr(t.ds_node, "kind", None) == "input"
+            degenerate = [d for d, n in enumerate(known) if n is not None and n <= 1]
+            if 0 in known:
+                degenerate = list(range(len(meta)))
+            if all(hint_of(strides[d]) == meta[d] for d in degenerate):
+                return strides
+            if is_input:
+                return tuple(meta[d] if d in degenerate else s for d, s in enumerate(strides))
+        for sym in list(self.env.var_to_val):
+            if sym.is_integer and sym not in self.env.replacements:
+                self.env.guard_int(sym)
+        return meta
 
     def call_op(self, func, rule, args, kwargs):
         args, kwargs = _map((args, kwargs), self._lift_leaf)

@@ -30,3 +30,37 @@ def test_ops_that_returned_their_input_on_the_example_are_replayed(fn, dynamic):
 def test_to_another_device_is_recorded():
     cf = ds.compile(lambda x: x.to("meta"))
     assert cf(torch.ones(2)).device.type == "meta"
+
+
+def test_storage_offset_of_an_input_is_guarded():
+    def f(x):
+        return x * x.storage_offset()
+    cf = ds.compile(f)
+    base = torch.arange(10.0)
+    for lo in (2, 4, 4, 0):
+        torch.testing.assert_close(cf(base[lo:lo + 4]), f(base[lo:lo + 4]))
+    assert cf.stats.compiles == 3
+
+
+def test_storage_offset_of_a_computed_tensor_runs_eagerly():
+    def f(x):
+        return x * x[1:].storage_offset()
+    cf = ds.compile(f)
+    torch.testing.assert_close(cf(torch.ones(4)), f(torch.ones(4)))
+    assert cf.stats.graph_breaks
+
+
+@pytest.mark.parametrize("dynamic", [None, True, False])
+@pytest.mark.parametrize("fn", [
+    lambda x: x.stride(),
+    lambda x: x.unsqueeze(0).stride(),
+    lambda x: x[:, ::2].stride(),
+    lambda x: x.t().contiguous().stride(),
+    lambda x: x.is_contiguous(),
+])
+def test_strides_equal_eager_on_every_layout(fn, dynamic):
+    cases = [(torch.zeros(1, 5),), (torch.zeros(1, 99)[:, :5],), (torch.zeros(3, 5),), (torch.zeros(4, 7),),
+             (torch.zeros(4, 9),), (torch.zeros(7, 4).t(),), (torch.zeros(0, 5),), (torch.zeros(2, 8)[:, :5],)]
+    cf = ds.compile(fn, dynamic=dynamic)
+    for (x,) in cases:
+        assert cf(x) == fn(x), x.shape
