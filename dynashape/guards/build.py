@@ -186,7 +186,9 @@ def build_guards(tracer, env, *, globals_=None, closure=None, modules=(), grad_e
         lines.append("    _seen[0] = _epoch[0]")
     lines.append("return True")
 
-    src = "def guard(L):\n" + "".join(f"    {ln}\n" for ln in lines)
+    # a guard that cannot be evaluated (a size it divides by is 0, a source that is gone) fails
+    src = ("def guard(L):\n    try:\n" + "".join(f"        {ln}\n" for ln in lines)
+           + "    except Exception:\n        return False\n")
     exec_source(src, "guards", ns)
     return GuardSet(ns["guard"], src, readable, list(tracer.tensor_inputs), list(tracer.value_inputs),
                     shape_guards, ns, extra)

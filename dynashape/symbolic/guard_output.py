@@ -107,7 +107,8 @@ def produce_guards(env, source_code=None) -> list[ShapeGuard]:
 def compile_guards(guards: list[ShapeGuard], name: str = "shape_guards"):
     """One Python predicate `fn(L) -> bool` checking every guard (no sympy at call time)."""
     body = " and ".join(f"({g.code})" for g in guards) or "True"
-    src = f"def {name}(L, G=None):\n    return {body}\n"
+    src = (f"def {name}(L, G=None):\n    try:\n        return {body}\n"
+           "    except Exception:  # a guard that cannot be evaluated (e.g. x // 0) fails\n        return False\n")
     ns: dict = {}
     exec(compile(src, f"<dynashape-guards {name}>", "exec"), ns)
     fn = ns[name]

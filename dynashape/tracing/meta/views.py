@@ -16,7 +16,8 @@ import math
 import torch
 
 from ...symbolic.symtypes import SymBase, statically_known_true, sym_max, sym_min
-from .common import assert_at_runtime, broadcast, check_equal, is_one, is_tensor, norm_dim, norm_dims, prod, shape
+from .common import (assert_at_runtime, broadcast, check_equal, is_one, is_tensor, norm_dim, norm_dims, prod,
+                     same, shape)
 from .registry import lookup, register
 
 T = torch.Tensor
@@ -315,6 +316,9 @@ def _chunks(sizes, d, lengths):
 
 def _split_even(n, size):
     """Lengths of `split(size)` along a dim of `n`: the count is guarded, the last length is a formula."""
+    if same(size, 0):  # torch allows it on an empty dim only: one empty piece
+        check_equal(n, 0)
+        return [n]
     count = (n + size - 1) // size
     k = max(int(count), 1)  # the number of outputs is a Python int: guard it
     return [size] * (k - 1) + [n - size * (k - 1)]
@@ -345,6 +349,8 @@ def chunk(input, chunks, dim=0):
     sizes = shape(input)
     d = norm_dim(dim, len(sizes))
     n = sizes[d]
+    if same(n, 0):  # an empty dim splits into `chunks` empty pieces
+        return _chunks(sizes, d, [n] * int(chunks))
     size = (n + chunks - 1) // chunks
     if isinstance(chunks, int) and chunks == 2 and statically_known_true(n >= 2):
         return _chunks(sizes, d, [size, n - size])  # ceil(n / ceil(n/2)) == 2 for every n >= 2
