@@ -121,7 +121,9 @@ class Tracer:
         if isinstance(value, (tuple, list)):
             self.value_inputs.append(ValueInput(source, type(value), "type", {"len": len(value)}))
             items = [self.wrap_input(v, ItemSource(source, i)) for i, v in enumerate(value)]
-            return type(value)(items) if type(value) in (tuple, list) else type(value)(*items)
+            if type(value) in (tuple, list, torch.Size):
+                return type(value)(items)
+            return type(value)(*items) if hasattr(value, "_fields") else type(value)(items)
         if isinstance(value, dict):
             self.value_inputs.append(ValueInput(source, type(value), "type", {"keys": tuple(value)}))
             return {k: self.wrap_input(v, ItemSource(source, k)) for k, v in value.items()}
@@ -484,8 +486,9 @@ class Tracer:
             return self.lift(value).ds_node
         if isinstance(value, SymBase):
             return self.graph.SymExpr(self.env.simplify(value.node.expr), value.node.pytype)
-        if isinstance(value, torch.Size):
-            return tuple(self.to_ir(v) for v in value)
+        if isinstance(value, torch.Size):  # rebuilt as a torch.Size when the code runs
+            return self.graph.call(torch.Size, ([self.to_ir(v) for v in value],), {}, None, None,
+                                   torch.is_grad_enabled(), name_hint="size")
         if isinstance(value, (list, tuple)):
             items = [self.to_ir(v) for v in value]
             if type(value) in (list, tuple):

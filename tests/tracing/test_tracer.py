@@ -64,3 +64,13 @@ def test_strides_equal_eager_on_every_layout(fn, dynamic):
     cf = ds.compile(fn, dynamic=dynamic)
     for (x,) in cases:
         assert cf(x) == fn(x), x.shape
+
+
+@pytest.mark.parametrize("dynamic", [None, True, False])
+def test_torch_size_arguments_and_results_keep_their_type(dynamic):
+    cf = ds.compile(lambda x, s: (x.reshape(s), x.shape, x.reshape(s).size()), dynamic=dynamic)
+    for n, s in [(6, (2, 3)), (12, (4, 3)), (12, (4, 3)), (20, (5, 4))]:
+        x, size = torch.ones(n), torch.Size(s)
+        got = cf(x, size)
+        assert type(got[1]) is torch.Size and type(got[2]) is torch.Size
+        assert got[1] == x.shape and got[2] == size and got[0].shape == size
