@@ -1,0 +1,448 @@
+"""The structured compile trace: `DYNASHAPE_TRACE=dir` (or `ds.config.trace_dir = "dir"`).
+
+One file per process (and rank) of records in the line format `tlparse` reads:
+
+    V1123 10:56:30.123456 4242 dynashape/logs/trace.py:0] {"dynamo_start": {...}, "frame_id": 0, ...}
+    <TAB>payload line 1
+    <TAB>payload line 2
+
+a glog-style prefix, one JSON object whose single record key names the kind,
+the compile id (`frame_id` = which compiled function, `frame_compile_id` = its
+n-th compile), `has_payload` = the md5 of the payload, which follows on
+tab-indented lines. Records (tlparse renders the first eight; the others go to
+its raw.jsonl and to `python -m dynashape report`):
+
+| kind | when |
+|---|---|
+| `str` | a file name is interned (stacks refer to it by number) |
+| `dynamo_start` | a compile starts: user stack, function, trigger, recompile reasons, input shapes |
+| `guard_added_fast` | a shape guard is recorded: expression, user line and stack |
+| `symbolic_shape_specialization` | a symbol became a constant (`Eq(s0, 4)`), with the line |
+| `dynamo_output_graph` | the graph, printed with symbolic shapes (payload) |
+| `dynamo_guards` | the entry's final guard list (JSON payload) |
+| `dynamo_cpp_guards_str` | the generated guard function (payload) |
+| `artifact` | `recompile_reasons`, `generated_code`, `graph_break`, `data_dependent_error`, `recompile_limit_hit`, `pgo_read`, `pgo_write`, `fused_kernel_cache_hit/miss`, `dynashape_run`, `dynashape_run_end` |
+| `compilation_metrics` | a compile ends: counts, per-phase times, failure, dynamic sources and why |
+| `create_symbol`, `create_unbacked_symbol` | a symbol is created: source, hint, range, user line |
+
+Off (no directory), every hook is one flag check; on, writing is buffered and
+flushed at the end of each compile.
+"""
+from __future__ import annotations
+
+import atexit
+import hashlib
+import json
+import linecache
+import os
+import sys
+import time
+import weakref
+
+import torch
+
+from ..symbolic import tracehook
+from ..symbolic.printer import sympy_str
+from ..symbolic.userloc import is_internal
+
+FILE_PREFIX = "dedicated_log_torch_trace_"  # the name tlparse --all-ranks-html looks for
+_SITE = "dynashape/logs/trace.py:0]"
+
+
+class _Compile:
+    """A compile in progress."""
+
+    def __init__(self, cf, frame_id, n, stack):
+        self.cf = cf
+        self.cid = (frame_id, n)
+        self.start = time.time()
+        self.t0 = self.last = time.perf_counter()
+        self.phases: dict[str, float] = {}
+        self.stack = stack  # the user's frames down to the compiled function's def (dicts)
+        self.symbols = 0
+        self.guards = 0
+        self.reasons: list[str] = []
+        self.fail: tuple | None = None  # (type, reason, filename, lineno)
+
+    def lap(self, name):
+        now = time.perf_counter()
+        self.phases[name] = self.phases.get(name, 0.0) + (now - self.last)
+        self.last = now
+
+
+class Writer:
+    """One trace file for this process; records go through `record()`."""
+
+    def __init__(self):
+        self.f = None
+        self.path = None
+        self.pid = None
+        self.rank = None
+        self.strings: dict[str, int] = {}
+        self.compiles: list[_Compile] = []
+        self.frames: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # cf -> [frame_id, compiles]
+        self.pending: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # cf -> recompile reasons
+        self.limit_hits: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # cf -> count
+        self.started = time.time()
+        self.compile_s = 0.0
+        self._stamp = (None, "")
+
+    # ------------------------------------------------------------------ the file
+    def _file(self):
+        pid = os.getpid()
+        if self.f is not None and self.pid == pid and self.path.startswith(tracehook.directory):
+            return self.f
+        if self.f is not None and self.pid == pid:
+            self.f.close()
+        directory = tracehook.directory
+        os.makedirs(directory, exist_ok=True)
+        self.rank = _rank()
+        rank = "" if self.rank is None else f"rank_{self.rank}_"
+        stamp = time.strftime("%Y%m%d_%H%M%S")
+        self.path = os.path.join(directory, f"{FILE_PREFIX}{rank}dynashape_{stamp}_{pid}.log")
+        self.f = open(self.path, "a", encoding="utf-8", buffering=1 << 16)
+        self.pid, self.strings, self.started = pid, {}, time.time()
+        self.artifact("dynashape_run", {
+            "pid": pid, "rank": self.rank, "argv": sys.argv, "cwd": os.getcwd(), "start": self.started,
+            "python": sys.version.split()[0], "torch": torch.__version__}, cid=None)
+        return self.f
+
+    def _prefix(self) -> str:
+        now = time.time()
+        sec = int(now)
+        if self._stamp[0] != sec:
+            self._stamp = (sec, time.strftime("%m%d %H:%M:%S", time.localtime(sec)))
+        return f"V{self._stamp[1]}.{int((now - sec) * 1e6):06d} {self.pid} {_SITE} "
+
+    def record(self, kind: str, meta, payload: str | None = None, cid=-1) -> None:
+        """Write one record; cid: a (frame_id, n) pair, None for none, -1 for the current compile's."""
+        f = self._file()
+        if cid == -1:
+            cid = self.compiles[-1].cid if self.compiles else None
+        env = {kind: meta}
+        if self.rank is not None:
+            env["rank"] = self.rank
+        if cid is not None:
+            env["frame_id"], env["frame_compile_id"], env["attempt"] = cid[0], cid[1], 0
+        if payload is not None:
+            env["has_payload"] = hashlib.md5(payload.encode("utf-8")).hexdigest()
+        line = self._prefix() + json.dumps(env, default=str)
+        if payload is not None:
+            line += "".join("\n\t" + ln for ln in payload.split("\n"))
+        f.write(line + "\n")
+
+    def artifact(self, name, value, cid=-1) -> None:
+        if isinstance(value, str):
+            self.record("artifact", {"name": name, "encoding": "string"}, value, cid)
+        else:
+            self.record("artifact", {"name": name, "encoding": "json"}, json.dumps(value, default=str, indent=1), cid)
+
+    def intern(self, s: str) -> int:
+        i = self.strings.get(s)
+        if i is None:
+            self._file()
+            i = self.strings[s] = len(self.strings)
+            self.record("str", [s, i], cid=None)
+        return i
+
+    def frame(self, filename, line, name, code=None) -> dict:
+        return {"line": line, "name": name, "filename": self.intern(filename), "loc": code}
+
+    def loc_frame(self, loc) -> dict | None:
+        return None if loc is None else self.frame(loc.filename, loc.lineno, loc.function, loc.code)
+
+    def user_stack(self, loc) -> list:
+        """The compile's call-site stack ending at the user's line `loc` (cheap: no frame walk)."""
+        base = self.compiles[-1].stack if self.compiles else []
+        last = self.loc_frame(loc)
+        if last is None or any(f["line"] == last["line"] and f["filename"] == last["filename"] for f in base):
+            return list(base)  # e.g. an input's symbol: created at the call itself
+        return base + [last]
+
+    def flush(self) -> None:
+        if self.f is not None and self.pid == os.getpid():
+            self.f.flush()
+
+    # ------------------------------------------------------------------ events
+    def __call__(self, kind, *args):
+        getattr(self, "on_" + kind)(*args)
+
+    def _current(self, cf=None):
+        if self.compiles and (cf is None or self.compiles[-1].cf is cf):
+            return self.compiles[-1]
+        return None
+
+    def on_recompile(self, cf, reasons):
+        self.pending[cf] = list(reasons)
+
+    def on_compile_start(self, cf, L):
+        while self.compiles and self.compiles[-1].cf is cf:  # a compile that raised past our hooks
+            self._finish(self.compiles[-1], fail=("Error", "the compile raised an exception", None, None))
+        ids = self.frames.get(cf)
+        if ids is None:
+            ids = self.frames[cf] = [len(self.frames), 0]
+        c = _Compile(cf, ids[0], ids[1], [])
+        ids[1] += 1
+        c.reasons = self.pending.pop(cf, [])
+        self.compiles.append(c)
+        code = _code(cf)
+        c.stack = _call_site(self) + ([self.frame(code.co_filename, code.co_firstlineno, code.co_name,
+                                                  _line(code.co_filename, code.co_firstlineno))] if code else [])
+        meta = {"stack": c.stack, "function": cf.__name__, "where": cf._where(),
+                "trigger": "recompile" if c.reasons else "first call", "reasons": c.reasons,
+                "inputs": _shapes(L), "dynamic": _dynamic_kind(cf)}
+        self.record("dynamo_start", meta)
+        if c.reasons:
+            self.artifact("recompile_reasons", c.reasons)
+
+    def on_phase(self, name, seconds=None):
+        c = self._current()
+        if c is None:
+            return
+        if seconds is None:
+            c.lap(name)
+        else:  # a phase timed by its owner (a backend's kernel compile)
+            c.phases[name] = c.phases.get(name, 0.0) + seconds
+
+    def on_create_symbol(self, env, sym, hint, source, vr, loc):
+        c = self._current()
+        if c is None:
+            return
+        c.symbols += 1
+        info = env.var_info.get(sym)
+        self.record("create_symbol", {
+            "symbol": str(sym), "val": repr(hint), "vr": _vr(vr), "source": source.name(),
+            "pretty": source.pretty(), "kind": info.dynamic.name if info else None,
+            "user_stack": self.user_stack(loc), "stack": None})
+
+    def on_create_unbacked_symbol(self, env, sym, vr, loc):
+        c = self._current()
+        if c is None:
+            return
+        c.symbols += 1
+        info = env.var_info.get(sym)
+        self.record("create_unbacked_symbol", {
+            "symbol": str(sym), "node_id": c.symbols, "vr": _vr(vr),
+            "description": info.description if info else None,
+            "user_stack": self.user_stack(loc), "stack": None})
+
+    def on_guard_added(self, env, cond, loc):
+        c = self._current()
+        if c is None:
+            return
+        c.guards += 1
+        self.record("guard_added_fast", {"expr": sympy_str(cond), "readable": env.describe(cond),
+                                         "user_stack": self.user_stack(loc), "stack": None})
+
+    def on_specialization(self, env, sym, value, reason, loc):
+        if self._current() is None:
+            return
+        self.record("symbolic_shape_specialization", {
+            "symbol": str(sym), "sources": [s.name() for s in env.sources_of(sym)], "value": str(value),
+            "reason": reason, "user_stack": self.user_stack(loc), "stack": None})
+
+    def on_graph_break(self, cf, e):
+        c = self._current(cf)
+        if c is None:
+            return
+        loc = getattr(e, "location", None)
+        reason = (getattr(e, "reason", None) or str(e).split("\n")[0]) + (f" at {loc}" if loc else "")
+        if e.__class__.__name__ == "DataDependentError":
+            self.artifact("data_dependent_error", str(e))
+        self.artifact("graph_break", {"reason": reason, "detail": str(e), "user_stack": self.user_stack(loc),
+                                      "fullgraph": bool(cf.fullgraph)})
+        fail = (e.__class__.__name__ if cf.fullgraph else "GraphBreak (runs eagerly)", reason,
+                getattr(loc, "filename", None), getattr(loc, "lineno", None))
+        if cf.fullgraph:
+            self._finish(c, fail=fail)
+        else:
+            c.fail = fail
+
+    def on_compile_failed(self, cf, e):
+        c = self._current(cf)
+        if c is not None:
+            loc = _user_frame(e.__traceback__)
+            self._finish(c, fail=(type(e).__name__, str(e).split("\n")[0], *loc))
+
+    def on_compile_end(self, cf, entry, tracer):
+        c = self._current(cf)
+        if c is None:
+            return
+        c.lap("codegen" if entry.graph is not None else "guards")
+        if entry.graph is not None:
+            self.record("dynamo_output_graph", {}, str(entry.graph))
+            if entry.code:
+                self.artifact("generated_code", entry.code)
+        located = {g.code: g for g in entry.guard_set.shape_guards}
+        guards = []
+        for text in entry.guards:
+            g = located.get(text)
+            loc = g.location if g is not None else None
+            guards.append({"code": text, "stack": None, "user_stack": self.user_stack(loc) if loc else None,
+                           "why": g.why if g is not None else ""})
+        self.record("dynamo_guards", {}, json.dumps(guards))
+        self.record("dynamo_cpp_guards_str", {}, entry.guard_set.source)
+        self._finish(c, entry=entry, tracer=tracer)
+
+    def on_limit_hit(self, cf, msg):
+        n = self.limit_hits.get(cf, 0)
+        self.limit_hits[cf] = n + 1
+        if n == 0:
+            ids = self.frames.get(cf)
+            self.artifact("recompile_limit_hit", {"function": cf.__name__, "where": cf._where(), "message": msg},
+                          cid=(ids[0], ids[1]) if ids else None)
+            self.flush()
+
+    def on_pgo_read(self, key, directory, remote, found):
+        self.artifact("pgo_read", {"key": key, "dir": directory, "remote": remote, "found": len(found),
+                                   "dynamic_sources": sorted({s for p in found for s in p.dynamic_sources()})})
+
+    def on_pgo_write(self, key, directory, remote, profile, ok):
+        self.artifact("pgo_write", {"key": key, "dir": directory, "remote": remote, "ok": bool(ok),
+                                    "dynamic_sources": profile.dynamic_sources()})
+        self.flush()
+
+    def on_kernel_cache(self, hit, key, seconds=None):
+        """For backends: a compiled-kernel cache lookup (tlparse marks hits and misses)."""
+        self.artifact(f"fused_kernel_cache_{'hit' if hit else 'miss'}", {"key": str(key), "seconds": seconds})
+
+    def _finish(self, c, entry=None, tracer=None, fail=None):
+        if self.compiles and self.compiles[-1] is c:
+            self.compiles.pop()
+        elif c in self.compiles:
+            self.compiles.remove(c)
+        fail = fail or c.fail
+        total = time.perf_counter() - c.t0
+        self.compile_s += total
+        cf = c.cf
+        code = _code(cf)
+        graph = getattr(entry, "graph", None)
+        nodes = graph.nodes if graph is not None else []
+        n_entries = len(cf.entries) + (entry is not None and not any(e is entry for e in cf.entries))
+        m = {
+            "co_name": code.co_name if code else cf.__name__, "co_filename": code.co_filename if code else None,
+            "co_firstlineno": code.co_firstlineno if code else None,
+            "cache_size": n_entries, "accumulated_cache_size": n_entries,
+            "guard_count": len(entry.guards) if entry is not None else None,
+            "shape_env_guard_count": len(entry.env.guards) if entry is not None else c.guards,
+            "graph_op_count": sum(n.kind == "call" for n in nodes),
+            "graph_node_count": len(nodes), "graph_input_count": sum(n.kind == "input" for n in nodes),
+            "start_time": c.start, "entire_frame_compile_time_s": round(total, 6),
+            "backend_compile_time_s": round(c.phases.get("codegen", 0.0), 6),
+            "code_gen_time_s": round(c.phases.get("codegen", 0.0), 6),
+            "phases_s": {k: round(v, 6) for k, v in c.phases.items()},
+            "function": cf.__name__, "where": cf._where(), "recompile_reasons": c.reasons,
+            "dynamic_sources": dict(getattr(entry, "dynamic_sources", {}) or {}),
+            "fallbacks": list(dict.fromkeys(getattr(tracer, "fallbacks", []) or [])),
+            "symbols": c.symbols,
+        }
+        if fail is not None:
+            m.update(fail_type=fail[0], fail_reason=fail[1], fail_user_frame_filename=fail[2],
+                     fail_user_frame_lineno=fail[3])
+        self.record("compilation_metrics", m, cid=c.cid)
+        self.flush()
+
+    def close(self) -> None:
+        """At exit: close compiles left open, then a summary of the run."""
+        if self.f is None or self.pid != os.getpid():
+            return
+        for c in list(self.compiles):
+            self._finish(c, fail=("Error", "the compile did not finish", None, None))
+        funcs = []
+        for cf, (frame_id, n) in list(self.frames.items()):
+            funcs.append({"frame_id": frame_id, "function": cf.__name__, "where": cf._where(), "compiles": n,
+                          "entries": len(cf.entries), "graph_breaks": list(cf.stats.graph_breaks),
+                          "recompile_reasons": len(cf.stats.recompile_reasons),
+                          "limit_hits": self.limit_hits.get(cf, 0)})
+        self.artifact("dynashape_run_end", {"wall_s": round(time.time() - self.started, 6),
+                                            "compile_s": round(self.compile_s, 6), "functions": funcs}, cid=None)
+        self.f.flush()
+
+
+def _rank():
+    dist = getattr(torch, "distributed", None)
+    if dist is not None and dist.is_available() and dist.is_initialized():
+        return dist.get_rank()
+    return None
+
+
+def _code(cf):
+    import inspect
+    return getattr(inspect.unwrap(cf._orig), "__code__", None)
+
+
+def _call_site(w: Writer) -> list:
+    """The user's frames that led to this compile, outermost first."""
+    frames = []
+    f = sys._getframe(2)
+    while f is not None and len(frames) < 32:
+        fn = f.f_code.co_filename
+        if not is_internal(fn) and not fn.startswith("<frozen"):
+            frames.append(f)
+        f = f.f_back
+    return [w.frame(f.f_code.co_filename, f.f_lineno, f.f_code.co_name, _line(f.f_code.co_filename, f.f_lineno))
+            for f in reversed(frames)]
+
+
+def _line(filename, lineno) -> str:
+    return linecache.getline(filename, lineno).strip()
+
+
+def _user_frame(tb):
+    last = (None, None)
+    while tb is not None:
+        if not is_internal(tb.tb_frame.f_code.co_filename):
+            last = (tb.tb_frame.f_code.co_filename, tb.tb_lineno)
+        tb = tb.tb_next
+    return last
+
+
+def _shapes(L: dict) -> dict:
+    """What the compile saw: sizes of tensor arguments and values of int arguments, by source."""
+    out = {}
+    for name, v in L.items():
+        src = f"L['{name}']"
+        if isinstance(v, torch.Tensor):
+            out[src] = list(v.shape)
+        elif isinstance(v, int) and not isinstance(v, bool):
+            out[src] = v
+        elif isinstance(v, (list, tuple)) and len(v) <= 16:
+            for i, x in enumerate(v):
+                if isinstance(x, torch.Tensor):
+                    out[f"{src}[{i}]"] = list(x.shape)
+                elif isinstance(x, int) and not isinstance(x, bool):
+                    out[f"{src}[{i}]"] = x
+    return out
+
+
+def _dynamic_kind(cf) -> str:
+    return {None: "automatic", True: "dynamic=True", False: "dynamic=False"}[cf.dynamic]
+
+
+def _vr(vr) -> str:
+    return f"[{vr.lo}, {vr.hi}]"
+
+
+_WRITER = Writer()
+
+
+def writer() -> Writer:
+    return _WRITER
+
+
+def install() -> None:
+    """Connect the writer to the hook point (done when dynashape is imported)."""
+    tracehook.install(_WRITER)
+
+
+def trace_file() -> str | None:
+    """The path of this process's trace file, once something was written."""
+    return _WRITER.path if _WRITER.f is not None else None
+
+
+@atexit.register
+def _at_exit() -> None:
+    try:
+        _WRITER.close()
+    except Exception:
+        pass
