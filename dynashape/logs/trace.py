@@ -83,7 +83,7 @@ class Writer:
         self.frames: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # cf -> [frame_id, compiles]
         self.pending: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # cf -> recompile reasons
         self.limit_hits: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # cf -> count
-        self.started = time.time()
+        self.started = time.time()  # ~ the process start: dynashape is being imported
         self.compile_s = 0.0
         self._stamp = (None, "")
 
@@ -101,7 +101,12 @@ class Writer:
         stamp = time.strftime("%Y%m%d_%H%M%S")
         self.path = os.path.join(directory, f"{FILE_PREFIX}{rank}dynashape_{stamp}_{pid}.log")
         self.f = open(self.path, "a", encoding="utf-8", buffering=1 << 16)
-        self.pid, self.strings, self.started = pid, {}, time.time()
+        if self.pid is not None:  # a new file (another directory, or a forked process) starts afresh
+            self.frames.clear()
+            self.pending.clear()
+            self.limit_hits.clear()
+            self.compile_s = 0.0
+        self.pid, self.strings = pid, {}
         self.artifact("dynashape_run", {
             "pid": pid, "rank": self.rank, "argv": sys.argv, "cwd": os.getcwd(), "start": self.started,
             "python": sys.version.split()[0], "torch": torch.__version__}, cid=None)
@@ -165,6 +170,7 @@ class Writer:
 
     # ------------------------------------------------------------------ events
     def __call__(self, kind, *args):
+        self._file()  # first: opening a new file resets the compile ids
         getattr(self, "on_" + kind)(*args)
 
     def _current(self, cf=None):
@@ -246,7 +252,9 @@ class Writer:
         if c is None:
             return
         loc = getattr(e, "location", None)
-        reason = (getattr(e, "reason", None) or str(e).split("\n")[0]) + (f" at {loc}" if loc else "")
+        reason = getattr(e, "reason", None) or str(e).split("\n")[0]
+        if loc and str(loc) not in reason:
+            reason += f" at {loc}"
         if e.__class__.__name__ == "DataDependentError":
             self.artifact("data_dependent_error", str(e))
         self.artifact("graph_break", {"reason": reason, "detail": str(e), "user_stack": self.user_stack(loc),
@@ -278,6 +286,8 @@ class Writer:
         for text in entry.guards:
             g = located.get(text)
             loc = g.location if g is not None else None
+            if loc is None and g is not None and g.bounds is not None:  # a range: the line of either end
+                loc = g.bounds[3] or g.bounds[2]
             guards.append({"code": text, "stack": None, "user_stack": self.user_stack(loc) if loc else None,
                            "why": g.why if g is not None else ""})
         self.record("dynamo_guards", {}, json.dumps(guards))

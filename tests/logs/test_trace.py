@@ -1,0 +1,168 @@
+"""The structured compile trace: records in tlparse's line format, and tlparse reading them."""
+import glob
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import dynashape as ds
+from dynashape.logs import report, trace
+from dynashape.symbolic import tracehook
+
+from .programs import branchy, clip_positive, run_demo_like
+
+GLOG = re.compile(r"^[VIWEC]\d{4} \d\d:\d\d:\d\d\.\d{6} \d+ [^:]+:\d+\] \{")  # tlparse's prefix
+
+
+def _trace_of(tmp_path, fn):
+    with ds.config.patch(trace_dir=str(tmp_path)):
+        out = fn()
+    trace.writer().flush()
+    files = glob.glob(str(tmp_path / "*.log"))
+    assert len(files) == 1, files
+    return files[0], out
+
+
+def _kinds(path):
+    out = []
+    for env, payload in report.records(path):
+        assert env is not None
+        kind = next(k for k in env if k not in ("rank", "frame_id", "frame_compile_id", "attempt", "has_payload"))
+        out.append((kind, env, payload))
+    return out
+
+
+def test_tracing_is_off_by_default_and_on_while_a_directory_is_set(tmp_path):
+    assert not tracehook.on
+    with ds.config.patch(trace_dir=str(tmp_path)):
+        assert tracehook.on
+    assert not tracehook.on
+    ds.compile(branchy)(torch.randn(3, 4))
+    assert not os.listdir(tmp_path)
+
+
+def test_every_line_has_the_glog_prefix_and_payloads_match_their_md5(tmp_path):
+    path, _ = _trace_of(tmp_path, run_demo_like)
+    lines = open(path).read().splitlines()
+    assert os.path.basename(path).startswith("dedicated_log_torch_trace_")
+    assert all(GLOG.match(ln) or ln.startswith("\t") for ln in lines)
+    for _, env, payload in _kinds(path):
+        if "has_payload" in env:
+            assert hashlib.md5(payload.encode()).hexdigest() == env["has_payload"]
+
+
+def test_a_compile_records_its_stack_symbols_guards_graph_code_and_metrics(tmp_path):
+    def program():
+        f = ds.compile(branchy)
+        for n in (2, 3, 8):
+            f(torch.randn(n, 4))
+    path, _ = _trace_of(tmp_path, program)
+    recs = _kinds(path)
+    kinds = [k for k, _, _ in recs]
+    for k in ("str", "dynamo_start", "create_symbol", "guard_added_fast", "dynamo_output_graph", "dynamo_guards",
+              "dynamo_cpp_guards_str", "compilation_metrics"):
+        assert k in kinds, k
+    starts = [e for k, e, _ in recs if k == "dynamo_start"]
+    assert [(e["frame_id"], e["frame_compile_id"]) for e in starts] == [(0, 0), (0, 1), (0, 2)]
+    assert starts[0]["dynamo_start"]["stack"][-1]["name"] == "branchy"
+    assert starts[0]["dynamo_start"]["inputs"] == {"L['x']": [2, 4]}
+    assert "size mismatch at index 0. expected 2, actual 3" in starts[1]["dynamo_start"]["reasons"][0]
+    sym = next(e["create_symbol"] for k, e, _ in recs if k == "create_symbol")
+    assert sym["source"] == "L['x'].size()[0]" and sym["val"] == "3"
+    guard = next(e["guard_added_fast"] for k, e, _ in recs if k == "guard_added_fast")
+    assert guard["readable"] == "x.size(0) <= 6"
+    assert guard["user_stack"][-1]["loc"] == "if x.size(0) > 6:  # a guard on a size, from this line"
+    graphs = [p for k, _, p in recs if k == "dynamo_output_graph"]
+    assert "f32[s0, 4]" in graphs[1]
+    guards = json.loads([p for k, _, p in recs if k == "dynamo_guards"][1])
+    assert any(g["code"] == "0 <= L['x'].size()[0] <= 6" and g["user_stack"] for g in guards)
+    code = [p for k, e, p in recs if k == "artifact" and e["artifact"]["name"] == "generated_code"]
+    assert code and "def forward(L):" in code[0]
+    metrics = [e["compilation_metrics"] for k, e, _ in recs if k == "compilation_metrics"]
+    assert len(metrics) == 3 and set(metrics[1]["phases_s"]) == {"trace", "guards", "codegen"}
+    assert metrics[1]["dynamic_sources"]["L['x'].size()[0]"].startswith("automatic: seen with 2 and 3")
+
+
+def test_graph_breaks_data_dependent_errors_specializations_and_limit_hits_are_recorded(tmp_path):
+    def program():
+        ds.compile(clip_positive)(torch.randn(4))
+
+        def count_branch(x):
+            if x.nonzero().size(0) > 2:  # data-dependent size
+                return x + 1
+            return x
+        with pytest.raises(ds.DataDependentError):
+            ds.compile(count_branch, fullgraph=True)(torch.randn(4))
+
+        @ds.compile(dynamic=True)
+        def spec(x):
+            return x.reshape(int(x.size(0)), -1)  # int() specializes the size
+        spec(torch.randn(3, 2))
+        with ds.config.patch(recompile_limit=1):
+            f = ds.compile(branchy, dynamic=False)
+            with pytest.warns(UserWarning):
+                for n in (2, 3, 4):
+                    f(torch.randn(n, 4))
+    path, _ = _trace_of(tmp_path, program)
+    recs = _kinds(path)
+    arts = {}
+    for k, e, p in recs:
+        if k == "artifact":
+            arts.setdefault(e["artifact"]["name"], p)
+    assert "if x.sum() > 0:" in json.loads(arts["graph_break"])["reason"]
+    assert "x.nonzero().size(0) > 2" in arts["data_dependent_error"]
+    assert "hit recompile_limit" in arts["recompile_limit_hit"]
+    metrics = [e["compilation_metrics"] for k, e, _ in recs if k == "compilation_metrics"]
+    assert metrics[0]["fail_type"] == "GraphBreak (runs eagerly)" and metrics[0]["fail_user_frame_lineno"]
+    assert metrics[1]["fail_type"] == "DataDependentError"
+    spec = [e["symbolic_shape_specialization"] for k, e, _ in recs if k == "symbolic_shape_specialization"]
+    assert spec and spec[0]["sources"] == ["L['x'].size()[0]"] and spec[0]["value"] == "3"
+
+
+def test_a_traced_compile_costs_little_more(tmp_path):
+    """The writer's share of a compile (median of 5): the budget is 5%; allow noise here."""
+    import time
+
+    def compile_once():
+        ds.reset()
+        f = ds.compile(branchy, dynamic=True)
+        t = time.perf_counter()
+        f(torch.randn(5, 4))
+        return time.perf_counter() - t
+    compile_once()
+    off = sorted(compile_once() for _ in range(5))[2]
+    with ds.config.patch(trace_dir=str(tmp_path)):
+        on = sorted(compile_once() for _ in range(5))[2]
+    assert on < off * 1.5 + 0.002, (on, off)
+
+
+TLPARSE = shutil.which("tlparse") or (os.path.join(os.path.dirname(sys.executable), "tlparse")
+                                      if os.path.exists(os.path.join(os.path.dirname(sys.executable), "tlparse"))
+                                      else None)
+
+
+@pytest.mark.skipif(TLPARSE is None, reason="tlparse is not installed (pip install tlparse: a dev extra)")
+def test_tlparse_renders_our_compiles_guards_and_graphs(tmp_path):
+    path, _ = _trace_of(tmp_path / "trace", run_demo_like)
+    out = tmp_path / "tl_out"
+    p = subprocess.run([TLPARSE, path, "-o", str(out), "--no-browser", "--strict"], capture_output=True, text=True,
+                       timeout=60)
+    assert p.returncode == 0, p.stderr
+    index = (out / "index.html").read_text()
+    for cid in ("[0/0]", "[0/1]", "[0/2]", "[1/0]", "[2/0]"):
+        assert cid in index, cid
+    assert "programs.py" in index  # the stack trie shows the user's frames
+    graph = (out / "-_0_2_0").glob("dynamo_output_graph_*.txt")
+    assert "f32[s0, s1, 32]" in next(graph).read_text()
+    guards = next((out / "-_1_1_0").glob("dynamo_guards_*.html")).read_text()
+    assert "L[&#39;x&#39;].size()[0] &lt;= 6" in guards or "L['x'].size()[0] &lt;= 6" in guards
+    metrics = next((out / "-_1_1_0").glob("compilation_metrics_*.html")).read_text()
+    assert "x.size(0) &gt; 6" in metrics  # the guard's user line, on the compile's page
+    failures = (out / "failures_and_restarts.html").read_text()
+    assert "GraphBreak" in failures and "programs.py" in failures
