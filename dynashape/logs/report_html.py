@@ -160,8 +160,11 @@ def timeline_svg(runs: list, only=None) -> str:
                 rows.append((run, fn))
     if not rows:
         return ""
-    t0 = min((r.start_time or min((c.metrics.get("start_time") or 0) for f in r.functions.values()
-                                  for c in f.compiles) for r, _ in rows), default=0.0)
+    firsts = [c.metrics.get("start_time") for _, fn in rows for c in fn.compiles if c.metrics.get("start_time")]
+    if only is not None and firsts:  # one function: from its first compile
+        t0 = min(firsts)
+    else:
+        t0 = min([r.start_time for r, _ in rows if r.start_time] + firsts + [0.0] * (not firsts))
     ends = [(c.metrics.get("start_time") or t0) + c.seconds - t0 for _, fn in rows for c in fn.compiles]
     span = max(ends + [1e-3])
     label_w, w, row_h = 260, 900, 26
@@ -185,7 +188,8 @@ def timeline_svg(runs: list, only=None) -> str:
                        f"<title>{_e(tip)}</title></rect>")
     out.append("</svg>")
     legend = " ".join(f"<span style='color:{col}'>■</span> {k}" for k, col in _COLORS.items())
-    return "\n".join(out) + f"<div class='muted'>{legend}; x: time since the process started</div>"
+    since = "its first compile" if only is not None else "the process started"
+    return "\n".join(out) + f"<div class='muted'>{legend}; x: time since {since}</div>"
 
 
 def shapes_svg(name: str, values: list) -> str:
@@ -303,9 +307,10 @@ def function_page(run, ri: int, fn, runs) -> str:
     if recompiles:
         b.append("<h2 id='recompiles'>Why it recompiled</h2>")
     for c in recompiles:
-        for text in c.reasons:
+        for i, text in enumerate(c.reasons):
             r = R.parse_reason(text)
-            b.append(f"<div class='card'><h3>compile #{c.n}</h3>"
+            which = f" — cache entry {i} of {len(c.reasons)} (newest first) rejected the call" if len(c.reasons) > 1 else ""
+            b.append(f"<div class='card'><h3>compile #{c.n}{which}</h3>"
                      f"<div>failed guard: <span class='guard'>{_e(r.guard)}</span></div>")
             where = _resolve(lines, r.added_at) if r.added_at else None
             if where:

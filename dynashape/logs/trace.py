@@ -453,6 +453,11 @@ def trace_file() -> str | None:
 @atexit.register
 def _at_exit() -> None:
     try:
+        from ..runtime import pgo
+        pgo.flush()  # its own exit hook would run after ours: write the profile now, while traced
         _WRITER.close()
+        tracehook.install(None)
+        if _WRITER.f is not None and _WRITER.pid == os.getpid():
+            _WRITER.f.close()
     except Exception:
         pass
