@@ -25,24 +25,29 @@ its raw.jsonl and to `python -m dynashape report`):
 | `compilation_metrics` | a compile ends: counts, per-phase times, failure, dynamic sources and why |
 | `create_symbol`, `create_unbacked_symbol` | a symbol is created: source, hint, range, user line |
 
-Off (no directory), every hook is one flag check; on, writing is buffered and
-flushed at the end of each compile.
+Off (no directory), every hook is one flag check. On, a compile only queues its
+records as data; a daemon thread formats them (JSON, md5, the printed graph) and
+writes them after the compile returns, and the queue is flushed at exit
+(`writer().flush()` writes it now). bench/trace_overhead.py measures both costs.
 """
 from __future__ import annotations
 
 import atexit
+import collections
+import functools
 import hashlib
 import json
 import linecache
 import os
 import sys
+import threading
 import time
 import weakref
 
 import torch
 
 from ..symbolic import tracehook
-from ..symbolic.printer import sympy_str
+from ..symbolic.ranges import int_oo
 from ..symbolic.userloc import is_internal
 
 FILE_PREFIX = "dedicated_log_torch_trace_"  # the name tlparse --all-ranks-html looks for
@@ -86,6 +91,12 @@ class Writer:
         self.started = time.time()  # ~ the process start: dynashape is being imported
         self.compile_s = 0.0
         self._stamp = (None, "")
+        # Records are queued as data and formatted (JSON, md5, payload text such as the printed
+        # graph) by a daemon thread after the compile returns, so a compile pays only for queueing.
+        self.queue: collections.deque = collections.deque()  # (time, envelope, payload or thunk)
+        self.lock = threading.Lock()
+        self.wake = threading.Event()
+        self.thread = None
 
     # ------------------------------------------------------------------ the file
     def _file(self):
@@ -93,7 +104,11 @@ class Writer:
         if self.f is not None and self.pid == pid and self.path.startswith(tracehook.directory):
             return self.f
         if self.f is not None and self.pid == pid:
+            self._drain()  # what was queued belongs to the old file
             self.f.close()
+        elif self.pid != pid:  # a forked child: the parent's queue and thread are not ours
+            self.queue.clear()
+            self.thread = None
         directory = tracehook.directory
         os.makedirs(directory, exist_ok=True)
         self.rank = _rank()
@@ -112,8 +127,7 @@ class Writer:
             "python": sys.version.split()[0], "torch": torch.__version__}, cid=None)
         return self.f
 
-    def _prefix(self) -> str:
-        now = time.time()
+    def _prefix(self, now: float) -> str:
         sec = int(now)
         if self._stamp[0] != sec:
             self._stamp = (sec, time.strftime("%m%d %H:%M:%S", time.localtime(sec)))
@@ -121,7 +135,7 @@ class Writer:
 
     def record(self, kind: str, meta, payload: str | None = None, cid=-1) -> None:
         """Write one record; cid: a (frame_id, n) pair, None for none, -1 for the current compile's."""
-        f = self._file()
+        self._file()
         if cid == -1:
             cid = self.compiles[-1].cid if self.compiles else None
         env = {kind: meta}
@@ -129,18 +143,51 @@ class Writer:
             env["rank"] = self.rank
         if cid is not None:
             env["frame_id"], env["frame_compile_id"], env["attempt"] = cid[0], cid[1], 0
-        if payload is not None:
-            env["has_payload"] = hashlib.md5(payload.encode("utf-8")).hexdigest()
-        line = self._prefix() + json.dumps(env, default=str)
-        if payload is not None:
-            line += "".join("\n\t" + ln for ln in payload.split("\n"))
-        f.write(line + "\n")
+        self.queue.append((time.time(), env, payload))
 
     def artifact(self, name, value, cid=-1) -> None:
-        if isinstance(value, str):
-            self.record("artifact", {"name": name, "encoding": "string"}, value, cid)
-        else:
-            self.record("artifact", {"name": name, "encoding": "json"}, json.dumps(value, default=str, indent=1), cid)
+        """`value`: text, JSON-able data, or a function returning either (called when written)."""
+        self.record("artifact", {"name": name, "encoding": "string" if isinstance(value, str) else "json"},
+                    value if isinstance(value, str) else functools.partial(_json_text, value), cid)
+
+    def _drain(self) -> None:
+        """Format and write what is queued, in order (the writer thread, or a flush)."""
+        with self.lock:
+            f = self.f
+            if f is None or self.pid != os.getpid():
+                return
+            out = []
+            while self.queue:
+                t, env, payload = self.queue.popleft()
+                if callable(payload):
+                    payload = payload()
+                if payload is not None:
+                    env["has_payload"] = hashlib.md5(payload.encode("utf-8")).hexdigest()
+                line = self._prefix(t) + json.dumps(env, default=str)
+                if payload is not None:
+                    line += "".join("\n\t" + ln for ln in payload.split("\n"))
+                out.append(line + "\n")
+            if out:
+                f.write("".join(out))
+                f.flush()
+
+    def soon(self) -> None:
+        """Ask the writer thread to write what is queued."""
+        t = self.thread
+        if t is None or not t.is_alive():
+            t = self.thread = threading.Thread(target=self._run, name="dynashape-trace", daemon=True)
+            t.start()
+        self.wake.set()
+
+    def _run(self) -> None:
+        while True:
+            self.wake.wait()
+            self.wake.clear()
+            try:
+                self._drain()
+            except Exception as e:  # never take the program down; say it once and stop tracing
+                tracehook._disable(e)
+                return
 
     def intern(self, s: str) -> int:
         i = self.strings.get(s)
@@ -165,8 +212,8 @@ class Writer:
         return base + [last]
 
     def flush(self) -> None:
-        if self.f is not None and self.pid == os.getpid():
-            self.f.flush()
+        """Write everything queued, now, in this thread."""
+        self._drain()
 
     # ------------------------------------------------------------------ events
     def __call__(self, kind, *args):
@@ -237,8 +284,9 @@ class Writer:
         if c is None:
             return
         c.guards += 1
-        self.record("guard_added_fast", {"expr": sympy_str(cond), "readable": env.describe(cond),
-                                         "user_stack": self.user_stack(loc), "stack": None})
+        # in the user's terms (`x.size(0) <= 6`), printed once: printing is most of a record's cost
+        self.record("guard_added_fast", {"expr": env.describe(cond), "user_stack": self.user_stack(loc),
+                                         "stack": None})
 
     def on_specialization(self, env, sym, value, reason, loc):
         if self._current() is None:
@@ -278,7 +326,7 @@ class Writer:
             return
         c.lap("codegen" if entry.graph is not None else "guards")
         if entry.graph is not None:
-            self.record("dynamo_output_graph", {}, str(entry.graph))
+            self.record("dynamo_output_graph", {}, entry.graph.__str__)  # printed by the writer thread
             if entry.code:
                 self.artifact("generated_code", entry.code)
         located = {g.code: g for g in entry.guard_set.shape_guards}
@@ -290,7 +338,7 @@ class Writer:
                 loc = g.bounds[3] or g.bounds[2]
             guards.append({"code": text, "stack": None, "user_stack": self.user_stack(loc) if loc else None,
                            "why": g.why if g is not None else ""})
-        self.record("dynamo_guards", {}, json.dumps(guards))
+        self.record("dynamo_guards", {}, functools.partial(json.dumps, guards))
         self.record("dynamo_cpp_guards_str", {}, entry.guard_set.source)
         self._finish(c, entry=entry, tracer=tracer)
 
@@ -301,7 +349,7 @@ class Writer:
             ids = self.frames.get(cf)
             self.artifact("recompile_limit_hit", {"function": cf.__name__, "where": cf._where(), "message": msg},
                           cid=(ids[0], ids[1]) if ids else None)
-            self.flush()
+            self.soon()
 
     def on_pgo_read(self, key, directory, remote, found):
         self.artifact("pgo_read", {"key": key, "dir": directory, "remote": remote, "found": len(found),
@@ -310,7 +358,7 @@ class Writer:
     def on_pgo_write(self, key, directory, remote, profile, ok):
         self.artifact("pgo_write", {"key": key, "dir": directory, "remote": remote, "ok": bool(ok),
                                     "dynamic_sources": profile.dynamic_sources()})
-        self.flush()
+        self.soon()
 
     def on_kernel_cache(self, hit, key, seconds=None):
         """For backends: a compiled-kernel cache lookup (tlparse marks hits and misses)."""
@@ -350,7 +398,7 @@ class Writer:
             m.update(fail_type=fail[0], fail_reason=fail[1], fail_user_frame_filename=fail[2],
                      fail_user_frame_lineno=fail[3])
         self.record("compilation_metrics", m, cid=c.cid)
-        self.flush()
+        self.soon()
 
     def close(self) -> None:
         """At exit: close compiles left open, then a summary of the run."""
@@ -366,7 +414,11 @@ class Writer:
                           "limit_hits": self.limit_hits.get(cf, 0)})
         self.artifact("dynashape_run_end", {"wall_s": round(time.time() - self.started, 6),
                                             "compile_s": round(self.compile_s, 6), "functions": funcs}, cid=None)
-        self.f.flush()
+        self._drain()
+
+
+def _json_text(value) -> str:
+    return json.dumps(value, default=str, indent=1)
 
 
 def _rank():
@@ -430,7 +482,19 @@ def _dynamic_kind(cf) -> str:
 
 
 def _vr(vr) -> str:
-    return f"[{vr.lo}, {vr.hi}]"
+    return f"[{_bound(vr.lo)}, {_bound(vr.hi)}]"
+
+
+_NEG_OO = -int_oo
+
+
+def _bound(b) -> str:
+    if b is int_oo or b is _NEG_OO:  # skip sympy's printer for the common ends
+        return "int_oo" if b is int_oo else "-int_oo"
+    try:
+        return str(int(b))
+    except (TypeError, ValueError, OverflowError):
+        return str(b)
 
 
 _WRITER = Writer()

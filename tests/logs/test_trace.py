@@ -76,7 +76,7 @@ def test_a_compile_records_its_stack_symbols_guards_graph_code_and_metrics(tmp_p
     sym = next(e["create_symbol"] for k, e, _ in recs if k == "create_symbol")
     assert sym["source"] == "L['x'].size()[0]" and sym["val"] == "3"
     guard = next(e["guard_added_fast"] for k, e, _ in recs if k == "guard_added_fast")
-    assert guard["readable"] == "x.size(0) <= 6"
+    assert guard["expr"] == "x.size(0) <= 6"
     assert guard["user_stack"][-1]["loc"] == "if x.size(0) > 6:  # a guard on a size, from this line"
     graphs = [p for k, _, p in recs if k == "dynamo_output_graph"]
     assert "f32[s0, 4]" in graphs[1]
