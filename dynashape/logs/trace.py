@@ -97,6 +97,7 @@ class Writer:
         self.lock = threading.Lock()
         self.wake = threading.Event()
         self.thread = None
+        self.ended = None  # the file whose run summary is written
 
     # ------------------------------------------------------------------ the file
     def _file(self):
@@ -401,9 +402,10 @@ class Writer:
         self.soon()
 
     def close(self) -> None:
-        """At exit: close compiles left open, then a summary of the run."""
-        if self.f is None or self.pid != os.getpid():
+        """At exit (or `finish()`): close compiles left open, then a summary of the run."""
+        if self.f is None or self.pid != os.getpid() or self.ended == self.path:
             return
+        self.ended = self.path
         for c in list(self.compiles):
             self._finish(c, fail=("Error", "the compile did not finish", None, None))
         funcs = []
@@ -507,6 +509,14 @@ def writer() -> Writer:
 def install() -> None:
     """Connect the writer to the hook point (done when dynashape is imported)."""
     tracehook.install(_WRITER)
+
+
+def finish() -> str | None:
+    """Write the run summary and everything queued now (instead of at exit); the trace file's path.
+
+    For a program that reports on its own run, as examples/demo.py does."""
+    _WRITER.close()
+    return trace_file()
 
 
 def trace_file() -> str | None:
