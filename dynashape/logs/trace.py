@@ -94,7 +94,8 @@ class Writer:
         # Records are queued as data and formatted (JSON, md5, payload text such as the printed
         # graph) by a daemon thread after the compile returns, so a compile pays only for queueing.
         self.queue: collections.deque = collections.deque()  # (time, envelope, payload or thunk)
-        self.lock = threading.Lock()
+        self.lock = threading.RLock()
+        self.dir = None  # the directory of the open file
         self.wake = threading.Event()
         self.thread = None
         self.ended = None  # the file whose run summary is written
@@ -102,15 +103,16 @@ class Writer:
     # ------------------------------------------------------------------ the file
     def _file(self):
         pid = os.getpid()
-        if self.f is not None and self.pid == pid and self.path.startswith(tracehook.directory):
-            return self.f
+        if self.f is not None and self.pid == pid and (self.dir == tracehook.directory or not tracehook.directory):
+            return self.f  # (tracing just turned off: what is left, such as the run summary, goes here)
+        with self.lock:
+            return self._open(pid)
+
+    def _open(self, pid):
         if self.f is not None and self.pid == pid:
             self._drain()  # what was queued belongs to the old file
             self.f.close()
-        elif self.pid != pid:  # a forked child: the parent's queue and thread are not ours
-            self.queue.clear()
-            self.thread = None
-        directory = tracehook.directory
+        directory = self.dir = tracehook.directory
         os.makedirs(directory, exist_ok=True)
         self.rank = _rank()
         rank = "" if self.rank is None else f"rank_{self.rank}_"
@@ -127,6 +129,15 @@ class Writer:
             "pid": pid, "rank": self.rank, "argv": sys.argv, "cwd": os.getcwd(), "start": self.started,
             "python": sys.version.split()[0], "torch": torch.__version__}, cid=None)
         return self.f
+
+    def after_fork(self) -> None:
+        """In a forked child: the parent's file, queue, lock and thread are not ours."""
+        self.lock = threading.RLock()
+        self.wake = threading.Event()
+        self.queue = collections.deque()
+        self.thread = None
+        self.f = None
+        self.dir = None
 
     def _prefix(self, now: float) -> str:
         sec = int(now)
@@ -500,6 +511,8 @@ def _bound(b) -> str:
 
 
 _WRITER = Writer()
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_WRITER.after_fork)
 
 
 def writer() -> Writer:

@@ -125,21 +125,25 @@ def test_graph_breaks_data_dependent_errors_specializations_and_limit_hits_are_r
     assert spec and spec[0]["sources"] == ["L['x'].size()[0]"] and spec[0]["value"] == "3"
 
 
-def test_a_traced_compile_costs_little_more(tmp_path):
-    """The writer's share of a compile (median of 5): the budget is 5%; allow noise here."""
+def test_a_traced_compile_costs_little_more(tmp_path, monkeypatch):
+    """What a compile pays for tracing (queueing records; the writer thread formats them later).
+    bench/trace_overhead.py measures it properly; here the best of 7 guards against regressions."""
     import time
+    monkeypatch.setattr(trace.Writer, "soon", lambda self: None)  # formatting happens in flush(), untimed
 
     def compile_once():
         ds.reset()
         f = ds.compile(branchy, dynamic=True)
         t = time.perf_counter()
         f(torch.randn(5, 4))
-        return time.perf_counter() - t
+        dt = time.perf_counter() - t
+        trace.writer().flush()
+        return dt
     compile_once()
-    off = sorted(compile_once() for _ in range(5))[2]
+    off = min(compile_once() for _ in range(7))
     with ds.config.patch(trace_dir=str(tmp_path)):
-        on = sorted(compile_once() for _ in range(5))[2]
-    assert on < off * 1.5 + 0.002, (on, off)
+        on = min(compile_once() for _ in range(7))
+    assert on < off * 1.3 + 0.001, (on, off)
 
 
 TLPARSE = shutil.which("tlparse") or (os.path.join(os.path.dirname(sys.executable), "tlparse")
@@ -166,3 +170,41 @@ def test_tlparse_renders_our_compiles_guards_and_graphs(tmp_path):
     assert "x.size(0) &gt; 6" in metrics  # the guard's user line, on the compile's page
     failures = (out / "failures_and_restarts.html").read_text()
     assert "GraphBreak" in failures and "programs.py" in failures
+
+
+def test_with_tracing_off_no_hook_reaches_the_writer(monkeypatch):
+    calls = []
+    monkeypatch.setattr(trace.Writer, "__call__", lambda self, kind, *a: calls.append(kind))
+    f = ds.compile(branchy)
+    for n in (2, 3, 8):
+        f(torch.randn(n, 4))
+    assert f.stats.compiles == 3 and calls == []
+
+
+def test_a_failing_writer_turns_tracing_off_and_the_compile_goes_on(tmp_path, monkeypatch):
+    def broken(self, kind, *args):
+        raise OSError("disk full")
+    monkeypatch.setattr(trace.Writer, "on_create_symbol", broken)
+    with ds.config.patch(trace_dir=str(tmp_path)):
+        f = ds.compile(branchy, dynamic=True)
+        with pytest.warns(UserWarning, match="the compile trace is off from now on"):
+            assert f(torch.randn(3, 4)).shape == ()
+        assert not tracehook.on
+    tracehook.set_directory("")
+    trace.install()
+
+
+def test_a_backend_reports_its_kernel_compile_time_and_cache_lookups(tmp_path):
+    from dynashape.backends.eager import EagerBackend
+
+    class Cached(EagerBackend):  # what a fused backend with a disk cache would say
+        def __call__(self, graph):
+            if tracehook.on: tracehook.emit("kernel_cache", False, "abc123")  # noqa: E701
+            if tracehook.on: tracehook.emit("phase", "kernel_compile", 0.25)  # noqa: E701
+            return super().__call__(graph)
+
+    path, _ = _trace_of(tmp_path, lambda: ds.compile(branchy, backend=Cached())(torch.randn(3, 4)))
+    recs = _kinds(path)
+    assert any(k == "artifact" and e["artifact"]["name"] == "fused_kernel_cache_miss" for k, e, _ in recs)
+    metrics = next(e["compilation_metrics"] for k, e, _ in recs if k == "compilation_metrics")
+    assert metrics["phases_s"]["kernel_compile"] == 0.25
