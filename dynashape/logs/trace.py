@@ -99,6 +99,9 @@ class Writer:
         self.wake = threading.Event()
         self.thread = None
         self.ended = None  # the file whose run summary is written
+        self.idents: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # cf -> _ident()
+        self.internal: dict = {}  # filename -> is it dynashape's, torch's...
+        self.frame_cache: dict = {}  # (code, line) -> frame record (its file interned in this file)
 
     # ------------------------------------------------------------------ the file
     def _file(self):
@@ -125,6 +128,8 @@ class Writer:
             self.limit_hits.clear()
             self.compile_s = 0.0
         self.pid, self.strings = pid, {}
+        self.idents.clear()
+        self.frame_cache.clear()
         self.artifact("dynashape_run", {
             "pid": pid, "rank": self.rank, "argv": sys.argv, "cwd": os.getcwd(), "start": self.started,
             "python": sys.version.split()[0], "torch": torch.__version__}, cid=None)
@@ -175,7 +180,7 @@ class Writer:
                     payload = payload()
                 if payload is not None:
                     env["has_payload"] = hashlib.md5(payload.encode("utf-8")).hexdigest()
-                line = self._prefix(t) + json.dumps(env, default=str)
+                line = self._prefix(t) + json.dumps(env, default=_late)
                 if payload is not None:
                     line += "".join("\n\t" + ln for ln in payload.split("\n"))
                 out.append(line + "\n")
@@ -250,15 +255,44 @@ class Writer:
         ids[1] += 1
         c.reasons = self.pending.pop(cf, [])
         self.compiles.append(c)
-        code = _code(cf)
-        c.stack = _call_site(self) + ([self.frame(code.co_filename, code.co_firstlineno, code.co_name,
-                                                  _line(code.co_filename, code.co_firstlineno))] if code else [])
-        meta = {"stack": c.stack, "function": cf.__name__, "where": cf._where(),
+        code, where, def_frame = self._ident(cf)
+        c.stack = self._call_site() + def_frame
+        meta = {"stack": c.stack, "function": cf.__name__, "where": where,
                 "trigger": "recompile" if c.reasons else "first call", "reasons": c.reasons,
                 "inputs": _shapes(L), "dynamic": _dynamic_kind(cf)}
         self.record("dynamo_start", meta)
         if c.reasons:
             self.artifact("recompile_reasons", c.reasons)
+
+    def _ident(self, cf):
+        """(code object, `file.py:line`, [the def's frame]) of a compiled function, cached."""
+        got = self.idents.get(cf)
+        if got is None:
+            code = _code(cf)
+            frame = [self.frame(code.co_filename, code.co_firstlineno, code.co_name,
+                                _line(code.co_filename, code.co_firstlineno))] if code else []
+            got = self.idents[cf] = (code, cf._where(), frame)
+        return got
+
+    def _call_site(self) -> list:
+        """The user's frames that led to this compile, outermost first."""
+        frames = []
+        f = sys._getframe(3)
+        while f is not None and len(frames) < 32:
+            co = f.f_code
+            internal = self.internal.get(co.co_filename)
+            if internal is None:
+                internal = self.internal[co.co_filename] = is_internal(co.co_filename) or co.co_filename.startswith("<frozen")
+            if not internal:
+                key = (co, f.f_lineno)
+                fr = self.frame_cache.get(key)
+                if fr is None:
+                    fr = self.frame_cache[key] = self.frame(co.co_filename, f.f_lineno, co.co_name,
+                                                            _line(co.co_filename, f.f_lineno))
+                frames.append(fr)
+            f = f.f_back
+        frames.reverse()
+        return frames
 
     def on_phase(self, name, seconds=None):
         c = self._current()
@@ -276,8 +310,8 @@ class Writer:
         c.symbols += 1
         info = env.var_info.get(sym)
         self.record("create_symbol", {
-            "symbol": str(sym), "val": repr(hint), "vr": _vr(vr), "source": source.name(),
-            "pretty": source.pretty(), "kind": info.dynamic.name if info else None,
+            "symbol": sym, "val": repr(hint), "vr": _Late(_vr, vr), "source": _Late(source.name),
+            "pretty": _Late(source.pretty), "kind": info.dynamic.name if info else None,
             "user_stack": self.user_stack(loc), "stack": None})
 
     def on_create_unbacked_symbol(self, env, sym, vr, loc):
@@ -287,7 +321,7 @@ class Writer:
         c.symbols += 1
         info = env.var_info.get(sym)
         self.record("create_unbacked_symbol", {
-            "symbol": str(sym), "node_id": c.symbols, "vr": _vr(vr),
+            "symbol": sym, "node_id": c.symbols, "vr": _Late(_vr, vr),
             "description": info.description if info else None,
             "user_stack": self.user_stack(loc), "stack": None})
 
@@ -297,14 +331,14 @@ class Writer:
             return
         c.guards += 1
         # in the user's terms (`x.size(0) <= 6`), printed once: printing is most of a record's cost
-        self.record("guard_added_fast", {"expr": env.describe(cond), "user_stack": self.user_stack(loc),
+        self.record("guard_added_fast", {"expr": _Late(env.describe, cond), "user_stack": self.user_stack(loc),
                                          "stack": None})
 
     def on_specialization(self, env, sym, value, reason, loc):
         if self._current() is None:
             return
         self.record("symbolic_shape_specialization", {
-            "symbol": str(sym), "sources": [s.name() for s in env.sources_of(sym)], "value": str(value),
+            "symbol": sym, "sources": _Late(_names, list(env.sources_of(sym))), "value": value,
             "reason": reason, "user_stack": self.user_stack(loc), "stack": None})
 
     def on_graph_break(self, cf, e):
@@ -385,7 +419,7 @@ class Writer:
         total = time.perf_counter() - c.t0
         self.compile_s += total
         cf = c.cf
-        code = _code(cf)
+        code, where, _ = self._ident(cf)
         graph = getattr(entry, "graph", None)
         nodes = graph.nodes if graph is not None else []
         n_entries = len(cf.entries) + (entry is not None and not any(e is entry for e in cf.entries))
@@ -401,7 +435,7 @@ class Writer:
             "backend_compile_time_s": round(c.phases.get("codegen", 0.0), 6),
             "code_gen_time_s": round(c.phases.get("codegen", 0.0), 6),
             "phases_s": {k: round(v, 6) for k, v in c.phases.items()},
-            "function": cf.__name__, "where": cf._where(), "recompile_reasons": c.reasons,
+            "function": cf.__name__, "where": where, "recompile_reasons": c.reasons,
             "dynamic_sources": dict(getattr(entry, "dynamic_sources", {}) or {}),
             "fallbacks": list(dict.fromkeys(getattr(tracer, "fallbacks", []) or [])),
             "symbols": c.symbols,
@@ -430,6 +464,26 @@ class Writer:
         self._drain()
 
 
+class _Late:
+    """A record field computed when the writer formats the record, not during the compile
+    (printing sources and expressions is most of a record's cost; what they print does not change)."""
+    __slots__ = ("fn", "args")
+
+    def __init__(self, fn, *args):
+        self.fn, self.args = fn, args
+
+
+def _late(obj):
+    """json.dumps' `default`: late fields, then anything else (sympy numbers, symbols) as text."""
+    if isinstance(obj, _Late):
+        return obj.fn(*obj.args)
+    return str(obj)
+
+
+def _names(sources) -> list:
+    return [s.name() for s in sources]
+
+
 def _json_text(value) -> str:
     return json.dumps(value, default=str, indent=1)
 
@@ -444,19 +498,6 @@ def _rank():
 def _code(cf):
     import inspect
     return getattr(inspect.unwrap(cf._orig), "__code__", None)
-
-
-def _call_site(w: Writer) -> list:
-    """The user's frames that led to this compile, outermost first."""
-    frames = []
-    f = sys._getframe(2)
-    while f is not None and len(frames) < 32:
-        fn = f.f_code.co_filename
-        if not is_internal(fn) and not fn.startswith("<frozen"):
-            frames.append(f)
-        f = f.f_back
-    return [w.frame(f.f_code.co_filename, f.f_lineno, f.f_code.co_name, _line(f.f_code.co_filename, f.f_lineno))
-            for f in reversed(frames)]
 
 
 def _line(filename, lineno) -> str:

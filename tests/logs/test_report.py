@@ -7,6 +7,7 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
 
 import pytest
 import torch
@@ -133,3 +134,9 @@ def test_the_report_merges_the_traces_of_several_ranks(tmp_path):
     assert "Across ranks" in html and "rank 0" in html and "rank 1" in html
     assert "<td>1 compile(s)</td><td>2 compile(s)<br>" in html  # the cross-rank row shows the divergence
     assert os.path.exists(tmp_path / "out" / "run1_fn0.html")
+    tlparse = shutil.which("tlparse") or os.path.join(os.path.dirname(sys.executable), "tlparse")
+    if os.path.exists(tlparse):  # tlparse's own multi-rank view finds our files by their names
+        p = subprocess.run([tlparse, "--all-ranks-html", str(tmp_path / "trace"), "-o", str(tmp_path / "tl"),
+                            "--no-browser"], capture_output=True, text=True, timeout=60)
+        assert p.returncode == 0, p.stderr
+        assert (tmp_path / "tl" / "rank_0" / "index.html").exists() and (tmp_path / "tl" / "rank_1").is_dir()
