@@ -126,6 +126,7 @@ class Writer:
             self.frames.clear()
             self.pending.clear()
             self.limit_hits.clear()
+            self.compiles.clear()  # e.g. left open when a failing writer turned tracing off
             self.compile_s = 0.0
         self.pid, self.strings = pid, {}
         self.idents.clear()
@@ -246,7 +247,7 @@ class Writer:
         self.pending[cf] = list(reasons)
 
     def on_compile_start(self, cf, L):
-        while self.compiles and self.compiles[-1].cf is cf:  # a compile that raised past our hooks
+        while self.compiles:  # compiles do not nest: this one raised past our hooks (a ConstraintViolationError)
             self._finish(self.compiles[-1], fail=("Error", "the compile raised an exception", None, None))
         ids = self.frames.get(cf)
         if ids is None:
