@@ -376,16 +376,11 @@ class Writer:
             self.record("dynamo_output_graph", {}, entry.graph.__str__)  # printed by the writer thread
             if entry.code:
                 self.artifact("generated_code", entry.code)
-        located = {g.code: g for g in entry.guard_set.shape_guards}
-        guards = []
-        for text in entry.guards:
-            g = located.get(text)
-            loc = g.location if g is not None else None
-            if loc is None and g is not None and g.bounds is not None:  # a range: the line of either end
-                loc = g.bounds[3] or g.bounds[2]
-            guards.append({"code": text, "stack": None, "user_stack": self.user_stack(loc) if loc else None,
-                           "why": g.why if g is not None else ""})
-        self.record("dynamo_guards", {}, functools.partial(json.dumps, guards))
+        for g in entry.guard_set.shape_guards:  # the writer thread must not intern: do it now
+            loc = _guard_location(g)
+            if loc is not None:
+                self.intern(loc.filename)
+        self.record("dynamo_guards", {}, functools.partial(_guards_json, entry, c.stack, self.strings))
         self.record("dynamo_cpp_guards_str", {}, entry.guard_set.source)
         self._finish(c, entry=entry, tracer=tracer)
 
@@ -420,31 +415,9 @@ class Writer:
         total = time.perf_counter() - c.t0
         self.compile_s += total
         cf = c.cf
-        code, where, _ = self._ident(cf)
-        graph = getattr(entry, "graph", None)
-        nodes = graph.nodes if graph is not None else []
         n_entries = len(cf.entries) + (entry is not None and not any(e is entry for e in cf.entries))
-        m = {
-            "co_name": code.co_name if code else cf.__name__, "co_filename": code.co_filename if code else None,
-            "co_firstlineno": code.co_firstlineno if code else None,
-            "cache_size": n_entries, "accumulated_cache_size": n_entries,
-            "guard_count": len(entry.guards) if entry is not None else None,
-            "shape_env_guard_count": len(entry.env.guards) if entry is not None else c.guards,
-            "graph_op_count": sum(n.kind == "call" for n in nodes),
-            "graph_node_count": len(nodes), "graph_input_count": sum(n.kind == "input" for n in nodes),
-            "start_time": c.start, "entire_frame_compile_time_s": round(total, 6),
-            "backend_compile_time_s": round(c.phases.get("codegen", 0.0), 6),
-            "code_gen_time_s": round(c.phases.get("codegen", 0.0), 6),
-            "phases_s": {k: round(v, 6) for k, v in c.phases.items()},
-            "function": cf.__name__, "where": where, "recompile_reasons": c.reasons,
-            "dynamic_sources": dict(getattr(entry, "dynamic_sources", {}) or {}),
-            "fallbacks": list(dict.fromkeys(getattr(tracer, "fallbacks", []) or [])),
-            "symbols": c.symbols,
-        }
-        if fail is not None:
-            m.update(fail_type=fail[0], fail_reason=fail[1], fail_user_frame_filename=fail[2],
-                     fail_user_frame_lineno=fail[3])
-        self.record("compilation_metrics", m, cid=c.cid)
+        self.record("compilation_metrics", _Late(_metrics, c, cf, self._ident(cf), entry, tracer, fail, total,
+                                                 n_entries), cid=c.cid)
         self.soon()
 
     def close(self) -> None:
@@ -483,6 +456,55 @@ def _late(obj):
 
 def _names(sources) -> list:
     return [s.name() for s in sources]
+
+
+def _metrics(c, cf, ident, entry, tracer, fail, total, n_entries) -> dict:
+    """The compilation_metrics record (built by the writer thread: the entry is done changing)."""
+    code, where, _ = ident
+    graph = getattr(entry, "graph", None)
+    nodes = graph.nodes if graph is not None else []
+    m = {
+        "co_name": code.co_name if code else cf.__name__, "co_filename": code.co_filename if code else None,
+        "co_firstlineno": code.co_firstlineno if code else None,
+        "cache_size": n_entries, "accumulated_cache_size": n_entries,
+        "guard_count": len(entry.guards) if entry is not None else None,
+        "shape_env_guard_count": len(entry.env.guards) if entry is not None else c.guards,
+        "graph_op_count": sum(n.kind == "call" for n in nodes),
+        "graph_node_count": len(nodes), "graph_input_count": sum(n.kind == "input" for n in nodes),
+        "start_time": c.start, "entire_frame_compile_time_s": round(total, 6),
+        "backend_compile_time_s": round(c.phases.get("codegen", 0.0), 6),
+        "code_gen_time_s": round(c.phases.get("codegen", 0.0), 6),
+        "phases_s": {k: round(v, 6) for k, v in c.phases.items()},
+        "function": cf.__name__, "where": where, "recompile_reasons": c.reasons,
+        "dynamic_sources": dict(getattr(entry, "dynamic_sources", {}) or {}),
+        "fallbacks": list(dict.fromkeys(getattr(tracer, "fallbacks", []) or [])),
+        "symbols": c.symbols,
+    }
+    if fail is not None:
+        m.update(fail_type=fail[0], fail_reason=fail[1], fail_user_frame_filename=fail[2],
+                 fail_user_frame_lineno=fail[3])
+    return m
+
+
+def _guard_location(g):
+    if g.location is None and g.bounds is not None:  # a range: the line of either end
+        return g.bounds[3] or g.bounds[2]
+    return g.location
+
+
+def _guards_json(entry, base, strings) -> str:
+    """The dynamo_guards payload: each guard with the user's stack down to the line that added it."""
+    located = {g.code: g for g in entry.guard_set.shape_guards}
+    out = []
+    for text in entry.guards:
+        g = located.get(text)
+        loc = _guard_location(g) if g is not None else None
+        stack = None
+        if loc is not None:
+            last = {"line": loc.lineno, "name": loc.function, "filename": strings.get(loc.filename), "loc": loc.code}
+            stack = list(base) + [last]
+        out.append({"code": text, "stack": None, "user_stack": stack, "why": g.why if g is not None else ""})
+    return json.dumps(out)
 
 
 def _json_text(value) -> str:
