@@ -68,7 +68,7 @@ def index_page(runs: list) -> str:
         b.append("<p>No trace records found. Run your program with <code>DYNASHAPE_TRACE=dir</code>.</p>")
         return _page("dynashape compile report", "\n".join(b))
     b.append("<h2 id='summary'>Run summary</h2><table><tr><th>run</th><th>command</th><th>functions</th>"
-             "<th>compiles</th><th>recompiles</th><th>time compiling</th><th>rest of the run</th>"
+             "<th>compiles</th><th>recompiles</th><th>time compiling</th><th>running (the rest of the run)</th>"
              "<th>graph breaks</th><th>recompile-limit hits</th></tr>")
     for run in runs:
         cs = run.all_compiles()

@@ -208,3 +208,25 @@ def test_a_backend_reports_its_kernel_compile_time_and_cache_lookups(tmp_path):
     assert any(k == "artifact" and e["artifact"]["name"] == "fused_kernel_cache_miss" for k, e, _ in recs)
     metrics = next(e["compilation_metrics"] for k, e, _ in recs if k == "compilation_metrics")
     assert metrics["phases_s"]["kernel_compile"] == 0.25
+
+
+def test_the_environment_variable_traces_a_whole_process_to_its_exit(tmp_path):
+    code = ("import torch, dynashape as ds\n"
+            "f = ds.compile(lambda x: x * 2)\n"
+            "for n in (2, 3, 4): f(torch.randn(n))\n")
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = dict(os.environ, DYNASHAPE_TRACE=str(tmp_path), PYTHONPATH=root, DYNASHAPE_JOB_ID="")
+    subprocess.run([sys.executable, "-c", code], env=env, check=True, timeout=120)
+    (path,) = glob.glob(str(tmp_path / "*.log"))
+    recs = _kinds(path)
+    names = [e["artifact"]["name"] for k, e, _ in recs if k == "artifact"]
+    assert names[0] == "dynashape_run" and names[-1] == "dynashape_run_end"  # written at exit
+    assert sum(k == "compilation_metrics" for k, _, _ in recs) == 2
+    (run,) = report.load(str(tmp_path))
+    assert run.end["functions"][0]["compiles"] == 2
+
+
+def test_the_report_command_says_what_to_do_when_there_is_no_trace(tmp_path, capsys):
+    from dynashape.__main__ import main
+    assert main(["report", str(tmp_path)]) == 1
+    assert "DYNASHAPE_TRACE=" in capsys.readouterr().err
