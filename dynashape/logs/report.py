@@ -385,6 +385,19 @@ def advice(runs: list[Run]) -> list[Advice]:
                 for fb in c.metrics.get("fallbacks") or []:
                     out.append(Advice(c.seconds / 10, f"an op without a symbolic rule specialized sizes in {fn.name}",
                                       fb, [], where))
+    ranked = [r for r in runs if r.rank is not None]
+    if len(ranked) > 1:  # ranks that compiled a function differently wait on each other at run time
+        counts: dict = {}
+        for r in ranked:
+            for fn in r.functions.values():
+                counts.setdefault(fn.key, {})[r.label] = (len(fn.compiles), sum(c.seconds for c in fn.compiles))
+        for key, per in counts.items():
+            if len({n for n, _ in per.values()}) > 1 or len(per) < len(ranked):
+                seen = ", ".join(f"{n} on {label}" for label, (n, _) in per.items())
+                out.append(Advice(max(t for _, t in per.values()), f"ranks compiled {key} differently ({seen})",
+                                  "a rank that recompiles alone makes the others wait for it; with "
+                                  "compiler collectives every rank compiles the same graphs at the same time",
+                                  ["ds.config.enable_compiler_collectives = True"], "across ranks"))
     out.sort(key=lambda a: -a.cost)
     return out
 

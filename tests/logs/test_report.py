@@ -133,6 +133,7 @@ def test_the_report_merges_the_traces_of_several_ranks(tmp_path):
     html = open(index).read()
     assert "Across ranks" in html and "rank 0" in html and "rank 1" in html
     assert "<td>1 compile(s)</td><td>2 compile(s)<br>" in html  # the cross-rank row shows the divergence
+    assert "ds.config.enable_compiler_collectives = True" in html  # and what to do about it
     assert os.path.exists(tmp_path / "out" / "run1_fn0.html")
     tlparse = shutil.which("tlparse") or os.path.join(os.path.dirname(sys.executable), "tlparse")
     if os.path.exists(tlparse):  # tlparse's own multi-rank view finds our files by their names
