@@ -385,6 +385,7 @@ class Writer:
         self._finish(c, entry=entry, tracer=tracer)
 
     def on_limit_hit(self, cf, msg):
+        self.pending.pop(cf, None)  # no compile follows: it runs eagerly
         n = self.limit_hits.get(cf, 0)
         self.limit_hits[cf] = n + 1
         if n == 0:
