@@ -1,27 +1,25 @@
 """Small programs that the trace and report tests run under DYNASHAPE_TRACE."""
+import importlib.util
+import os
+
 import torch
 
 import dynashape as ds
 
 
-class TinyModel(torch.nn.Module):  # the demo's model
-    def __init__(self):
-        super().__init__()
-        self.proj = torch.nn.Linear(16, 32)
-        self.norm = torch.nn.LayerNorm(32)
-        self.head = torch.nn.Linear(32, 4)
-
-    def forward(self, x):
-        h = self.norm(torch.relu(self.proj(x)))
-        if h.size(1) > 1:
-            h = h.mean(dim=1)
-        return self.head(h).softmax(-1)
+def _demo():
+    """examples/demo.py, whose model and graph break the trace tests run (it is not a package)."""
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+                        "examples", "demo.py")
+    spec = importlib.util.spec_from_file_location("dynashape_demo", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
 
 
-def clip_positive(x):
-    if x.sum() > 0:  # data-dependent: a graph break
-        return x.clamp(max=1)
-    return x
+_DEMO = _demo()
+TinyModel = _DEMO.TinyModel  # the demo's model: Linear, ReLU, LayerNorm, a branch on a size, softmax
+clip_positive = _DEMO.clip_if_positive  # the demo's graph break: `if x.sum() > 0:`
 
 
 def branchy(x):

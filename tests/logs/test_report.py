@@ -16,6 +16,7 @@ import dynashape as ds
 from dynashape.__main__ import main
 from dynashape.logs import report, report_html, trace
 
+from . import programs
 from .programs import run_demo_like
 
 @pytest.fixture(scope="module")
@@ -47,14 +48,14 @@ def test_a_recompile_reason_splits_into_guard_user_line_and_fix():
 def test_the_loaded_trace_has_every_function_compile_and_reason(traced):
     (run,) = report.load(str(traced / "trace"))
     names = {f.name: f for f in run.functions.values()}
-    assert set(names) == {"forward", "branchy", "clip_positive"}
+    assert set(names) == {"forward", "branchy", "clip_if_positive"}
     assert len(names["forward"].compiles) == 3 and len(names["branchy"].compiles) == 3
-    assert names["clip_positive"].compiles[0].status == "graph break"
+    assert names["clip_if_positive"].compiles[0].status == "graph break"
     rows = {r["source"]: r for r in report.symbol_table(run, names["forward"])}
     assert rows["L['x'].size()[0]"]["values"] == [2, 3, 5] and rows["L['x'].size()[0]"]["dynamic"]
     assert rows["L['x'].size()[2]"]["why"].startswith("static: one value seen")
     todo = report.advice([run])
-    assert todo[0].title.startswith("graph break in clip_positive")
+    assert todo[0].title.startswith("graph break in clip_if_positive")
     assert any("mark it dynamic" in a.title and "ds.mark_dynamic(x, 0)" in a.snippets for a in todo)
 
 
@@ -89,7 +90,8 @@ def test_a_browser_renders_the_failed_guard_the_fix_and_the_user_line(traced):
     dom = _chromium("--dump-dom", page.as_uri()).stdout
     assert "failed guard: <span class=\"guard\">L['x'].size()[0] &lt;= 6 failed (x.size(0) = 8)</span>" in dom
     assert "ds.mark_dynamic(x, 0)" in dom and "DYNASHAPE_DYNAMIC_SOURCES=\"L['x']\"" in dom
-    assert "programs.py:29</a>" in dom and "if x.size(0) &gt; 6:" in dom
+    line = next(i for i, ln in enumerate(open(programs.__file__), 1) if "if x.size(0) > 6:" in ln)
+    assert f"programs.py:{line}</a>" in dom and "if x.size(0) &gt; 6:" in dom  # the user line, linked
     index_dom = _chromium("--dump-dom", (out / "index.html").as_uri()).stdout
     assert "<svg" in index_dom and "mark it dynamic" in index_dom
 

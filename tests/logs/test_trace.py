@@ -169,7 +169,7 @@ def test_tlparse_renders_our_compiles_guards_and_graphs(tmp_path):
     metrics = next((out / "-_1_1_0").glob("compilation_metrics_*.html")).read_text()
     assert "x.size(0) &gt; 6" in metrics  # the guard's user line, on the compile's page
     failures = (out / "failures_and_restarts.html").read_text()
-    assert "GraphBreak" in failures and "programs.py" in failures
+    assert "GraphBreak" in failures and "demo.py" in failures
 
 
 def test_with_tracing_off_no_hook_reaches_the_writer(monkeypatch):
