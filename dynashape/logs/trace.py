@@ -177,17 +177,25 @@ class Writer:
             out = []
             while self.queue:
                 t, env, payload = self.queue.popleft()
-                if callable(payload):
-                    payload = payload()
-                if payload is not None:
-                    env["has_payload"] = hashlib.md5(payload.encode("utf-8")).hexdigest()
-                line = self._prefix(t) + json.dumps(env, default=_late)
-                if payload is not None:
-                    line += "".join("\n\t" + ln for ln in payload.split("\n"))
-                out.append(line + "\n")
+                try:
+                    out.append(self._format(t, env, payload))
+                except Exception as e:  # one record that cannot be printed does not stop the trace
+                    kind = next(iter(env))
+                    err = {"artifact": {"name": "trace_error", "encoding": "string"}}
+                    out.append(self._format(t, err, f"could not write a {kind!r} record: {e!r}"))
             if out:
                 f.write("".join(out))
                 f.flush()
+
+    def _format(self, t, env, payload) -> str:
+        if callable(payload):
+            payload = payload()
+        text = json.dumps(env, default=_late)
+        if payload is None:
+            return f"{self._prefix(t)}{text}\n"
+        digest = hashlib.md5(payload.encode("utf-8")).hexdigest()
+        text = text[:-1] + f', "has_payload": "{digest}"}}'
+        return f"{self._prefix(t)}{text}" + "".join("\n\t" + ln for ln in payload.split("\n")) + "\n"
 
     def soon(self) -> None:
         """Ask the writer thread to write what is queued."""

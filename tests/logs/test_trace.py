@@ -230,3 +230,19 @@ def test_the_report_command_says_what_to_do_when_there_is_no_trace(tmp_path, cap
     from dynashape.__main__ import main
     assert main(["report", str(tmp_path)]) == 1
     assert "DYNASHAPE_TRACE=" in capsys.readouterr().err
+
+
+def test_a_record_that_cannot_be_printed_is_replaced_by_an_error_record(tmp_path):
+    def boom():
+        raise ValueError("no")
+
+    def program():
+        trace.writer().record("artifact", {"name": "x", "encoding": "string"}, boom, cid=None)
+        ds.compile(branchy)(torch.randn(3, 4))
+    with ds.config.patch(trace_dir=str(tmp_path)):
+        program()
+    trace.writer().flush()
+    (path,) = glob.glob(str(tmp_path / "*.log"))
+    arts = [(e["artifact"]["name"], p) for k, e, p in _kinds(path) if k == "artifact"]
+    assert ("trace_error", "could not write a 'artifact' record: ValueError('no')") in arts
+    assert any(k == "compilation_metrics" for k, _, _ in _kinds(path))
