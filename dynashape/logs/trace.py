@@ -21,7 +21,7 @@ its raw.jsonl and to `python -m dynashape report`):
 | `dynamo_output_graph` | the graph, printed with symbolic shapes (payload) |
 | `dynamo_guards` | the entry's final guard list (JSON payload) |
 | `dynamo_cpp_guards_str` | the generated guard function (payload) |
-| `artifact` | `recompile_reasons`, `generated_code`, `graph_break`, `data_dependent_error`, `recompile_limit_hit`, `pgo_read`, `pgo_write`, `fused_kernel_cache_hit/miss`, `dynashape_run`, `dynashape_run_end` |
+| `artifact` | `recompile_reasons`, `generated_code`, `graph_break`, `data_dependent_error`, `recompile_limit_hit`, `pgo_read`, `pgo_write`, `fused_kernel_cache_hit/miss`, `dynashape_run`, `dynashape_run_end`, `trace_error` |
 | `compilation_metrics` | a compile ends: counts, per-phase times, failure, dynamic sources and why |
 | `create_symbol`, `create_unbacked_symbol` | a symbol is created: source, hint, range, user line |
 
@@ -86,6 +86,7 @@ class Writer:
         self.strings: dict[str, int] = {}
         self.compiles: list[_Compile] = []
         self.frames: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # cf -> [frame_id, compiles]
+        self.next_frame = 0
         self.pending: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # cf -> recompile reasons
         self.limit_hits: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # cf -> count
         self.started = time.time()  # ~ the process start: dynashape is being imported
@@ -124,6 +125,7 @@ class Writer:
         self.f = open(self.path, "a", encoding="utf-8", buffering=1 << 16)
         if self.pid is not None:  # a new file (another directory, or a forked process) starts afresh
             self.frames.clear()
+            self.next_frame = 0
             self.pending.clear()
             self.limit_hits.clear()
             self.compiles.clear()  # e.g. left open when a failing writer turned tracing off
@@ -259,7 +261,8 @@ class Writer:
             self._finish(self.compiles[-1], fail=("Error", "the compile raised an exception", None, None))
         ids = self.frames.get(cf)
         if ids is None:
-            ids = self.frames[cf] = [len(self.frames), 0]
+            ids = self.frames[cf] = [self.next_frame, 0]
+            self.next_frame += 1  # (not len(frames): a collected function leaves it, its id stays taken)
         c = _Compile(cf, ids[0], ids[1], [])
         ids[1] += 1
         c.reasons = self.pending.pop(cf, [])
