@@ -23,6 +23,7 @@ import torch
 from ..guards.build import GuardSet, build_guards
 from ..ir.graph import Graph
 from ..symbolic.errors import DataDependentError
+from ..symbolic import tracehook as _th
 from ..symbolic.shape_env import ShapeEnv
 from ..symbolic.userloc import user_frames
 from ..symbolic.sources import AttrSource, ClosureSource, GlobalSource, ItemSource, LocalSource
@@ -138,6 +139,7 @@ class CompiledFunction:
                 raise RecompileError(f"{self.__name__} ({self._where()}) would recompile under stance "
                                      f"'fail_on_recompile':\n" + "\n".join(f"  - {r}" for r in reasons), reasons)
             self.stats.recompile_reasons.extend(reasons)
+            if _th.on: _th.emit("recompile", self, reasons)  # noqa: E701
             if log.isEnabledFor(logging.INFO):
                 log.info("Recompiling function %s in %s\n    triggered by:\n%s", self.__name__, self._where(),
                          "\n".join(f"    - {r}" for r in reasons))
@@ -150,6 +152,7 @@ class CompiledFunction:
                f"({config.recompile_limit}); running it eagerly from now on. Last reason: {reasons[0]}. "
                f"To keep one graph, make the varying dims dynamic (ds.mark_dynamic or "
                f"DYNASHAPE_DYNAMIC_SOURCES), or raise config.recompile_limit.")
+        if _th.on: _th.emit("limit_hit", self, msg)  # noqa: E701
         if config.fail_on_recompile_limit_hit:
             raise RecompileError(msg, reasons)
         if not self._warned_limit:
@@ -163,6 +166,7 @@ class CompiledFunction:
 
     # ------------------------------------------------------------------ compiling
     def _compile_and_run(self, L, args, kwargs):
+        if _th.on: _th.emit("compile_start", self, L)  # noqa: E701
         _pgo.seed(self, L)  # what varied in earlier runs (the PGO profile) is dynamic from the start
         _collectives.sync(self, L)  # with compiler collectives: every rank makes the same sources dynamic
         env = ShapeEnv(specialize_zero_one=config.specialize_zero_one, duck_shape=config.use_duck_shape,
@@ -194,12 +198,16 @@ class CompiledFunction:
             return self._graph_break(e, tracer, env, modules, grad, args, kwargs)
         except Exception as e:  # the program itself failed; eager would fail the same way
             torch._C._set_grad_enabled(grad)
+            if _th.on: _th.emit("compile_failed", self, e)  # noqa: E701
             raise e.with_traceback(user_frames(e.__traceback__)) from None
+        if _th.on: _th.emit("phase", "trace")  # noqa: E701
         env.raise_constraint_violations()
         guard_set = build_guards(tracer, env, globals_=self._globals, closure=self._closure,
                                  modules=modules, grad_enabled=grad, symbolic_attributes=unspec)
+        if _th.on: _th.emit("phase", "guards")  # noqa: E701
         fn = self.backend(graph)
         entry = Entry(guard_set, graph, fn, env, why_dynamic)
+        if _th.on: _th.emit("compile_end", self, entry, tracer)  # noqa: E701
         self.entries.insert(0, entry)
         self.stats.compiles += 1
         self.stats.fallbacks.extend(tracer.fallbacks)
@@ -238,6 +246,7 @@ class CompiledFunction:
         return modules
 
     def _graph_break(self, e, tracer, env, modules, grad, args, kwargs):
+        if _th.on: _th.emit("graph_break", self, e)  # noqa: E701
         if isinstance(e, DataDependentError):
             if self.fullgraph:
                 raise DataDependentError(str(e), e.expr, e.location) from None
@@ -251,6 +260,7 @@ class CompiledFunction:
         guard_set = build_guards(tracer, env, globals_=self._globals, closure=self._closure,
                                  modules=modules, grad_enabled=grad)
         self.entries.insert(0, Entry(guard_set, None, None, env))
+        if _th.on: _th.emit("compile_end", self, self.entries[0], tracer)  # noqa: E701
         return self._fn(*args, **kwargs)
 
     def reset(self):
