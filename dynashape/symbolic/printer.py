@@ -20,7 +20,7 @@ from sympy.logic.boolalg import BooleanAtom
 from sympy.printing.str import StrPrinter
 
 from .functions import (
-    CeilToInt, FloorDiv, FloorToInt, IntTrueDiv, Mod, ToFloat, TruncToInt,
+    BitwiseAnd, BitwiseOr, BitwiseXor, CeilToInt, FloorDiv, FloorToInt, IntTrueDiv, Mod, ToFloat, TruncToInt,
 )
 
 __all__ = ["pyexpr", "sympy_str"]
@@ -184,6 +184,11 @@ class _Printer:
         # left-associative: the right operand needs parentheses at equal precedence
         return f"{self.wrap(e.args[0], MUL)} {op} {self.wrap(e.args[1], UNARY)}", MUL
 
+    def bitop(self, e) -> tuple[str, int]:
+        # & | ^ bind looser than comparisons' operands need, tighter than comparisons: parenthesise
+        op = {BitwiseAnd: "&", BitwiseOr: "|", BitwiseXor: "^"}[type(e)]
+        return f"({self.wrap(e.args[0], UNARY)} {op} {self.wrap(e.args[1], UNARY)})", ATOM
+
     def call(self, e) -> tuple[str, int]:
         fn = next(name for cls, name in _CALLS.items() if isinstance(e, cls))
         return f"{fn}({', '.join(self(a)[0] for a in e.args)})", ATOM
@@ -250,6 +255,7 @@ _DISPATCH: dict[type, Callable] = {
     FloorDiv: _P.floordiv,
     Mod: _P.mod,
     IntTrueDiv: _P.truediv,
+    BitwiseAnd: _P.bitop, BitwiseOr: _P.bitop, BitwiseXor: _P.bitop,
     **{fn: _P.call for fn in _CALLS},
     FloorToInt: _P.floor_to_int,
     CeilToInt: _P.ceil_to_int,

@@ -74,3 +74,11 @@ def test_torch_size_arguments_and_results_keep_their_type(dynamic):
         got = cf(x, size)
         assert type(got[1]) is torch.Size and type(got[2]) is torch.Size
         assert got[1] == x.shape and got[2] == size and got[0].shape == size
+
+
+def test_bit_operations_on_sizes_stay_symbolic():
+    def f(x, k):
+        n = x.size(0)
+        return x * (n & 1) + (n >> 1) + (n | k) + (n ^ 3) + (n << 2) + (7 & n)
+    cf = check_vs_eager(f, [(torch.ones(n), k) for n, k in [(4, 2), (5, 9), (7, 0), (8, -3), (9, 2)]])
+    assert cf.stats.compiles == 1
