@@ -22,7 +22,7 @@ import torch
 
 from ..guards.build import GuardSet, build_guards
 from ..ir.graph import Graph
-from ..symbolic.errors import DataDependentError
+from ..symbolic.errors import DataDependentError, DynashapeError
 from ..symbolic import tracehook as _th
 from ..symbolic.shape_env import ShapeEnv
 from ..symbolic.userloc import user_frames
@@ -196,10 +196,14 @@ class CompiledFunction:
         except (GraphBreak, DataDependentError) as e:
             torch._C._set_grad_enabled(grad)
             return self._graph_break(e, tracer, env, modules, grad, args, kwargs)
-        except Exception as e:  # the program itself failed; eager would fail the same way
+        except DynashapeError as e:  # ours and meant for the user (a range that excludes the example...)
             torch._C._set_grad_enabled(grad)
             if _th.on: _th.emit("compile_failed", self, e)  # noqa: E701
             raise e.with_traceback(user_frames(e.__traceback__)) from None
+        except Exception as e:  # the program failed, or we did: eager decides which
+            torch._C._set_grad_enabled(grad)
+            if _th.on: _th.emit("compile_failed", self, e)  # noqa: E701
+            return self._trace_failed(e, tracer, env, modules, grad, args, kwargs)
         if _th.on: _th.emit("phase", "trace")  # noqa: E701
         env.raise_constraint_violations()
         guard_set = build_guards(tracer, env, globals_=self._globals, closure=self._closure,
@@ -245,7 +249,22 @@ class CompiledFunction:
             _read_outer(tracer, v, ClosureSource(i, var), modules)
         return modules
 
-    def _graph_break(self, e, tracer, env, modules, grad, args, kwargs):
+    def _trace_failed(self, e, tracer, env, modules, grad, args, kwargs):
+        """The trace raised. Eager decides: its error is the program's own (raised as eager raises
+        it, type and message); if eager works, the failure was ours, and the call is a graph break
+        that says so, never a crash."""
+        try:
+            out = self._fn(*args, **kwargs)
+        except Exception as eager:
+            raise eager.with_traceback(user_frames(eager.__traceback__)) from None
+        detail = (str(e).strip().splitlines() or [""])[0][:200]
+        why = GraphBreak(f"dynashape could not trace this call ({type(e).__name__}: {detail})",
+                         getattr(tracer, "last_location", None),
+                         "It ran eagerly and gave eager's result. Please report it with the program.")
+        return self._graph_break(why, tracer, env, modules, grad, args, kwargs, ran=(out,))
+
+    def _graph_break(self, e, tracer, env, modules, grad, args, kwargs, ran=None):
+        """`ran`: (result,) when the call already ran eagerly."""
         if _th.on: _th.emit("graph_break", self, e)  # noqa: E701
         if isinstance(e, DataDependentError):
             if self.fullgraph:
@@ -257,11 +276,16 @@ class CompiledFunction:
         reason = f"{e.reason}" + (f" at {e.location}" if e.location else "")
         self.stats.graph_breaks.append(reason)
         logging.getLogger("dynashape.graph_breaks").info("graph break in %s: %s", self.__name__, reason)
-        guard_set = build_guards(tracer, env, globals_=self._globals, closure=self._closure,
-                                 modules=modules, grad_enabled=grad)
+        try:
+            guard_set = build_guards(tracer, env, globals_=self._globals, closure=self._closure,
+                                     modules=modules, grad_enabled=grad)
+        except Exception:  # a trace that failed half-way may not describe its inputs: keep no entry
+            if ran is None:
+                raise
+            return ran[0]
         self.entries.insert(0, Entry(guard_set, None, None, env))
         if _th.on: _th.emit("compile_end", self, self.entries[0], tracer)  # noqa: E701
-        return self._fn(*args, **kwargs)
+        return ran[0] if ran is not None else self._fn(*args, **kwargs)
 
     def reset(self):
         self.entries.clear()

@@ -97,9 +97,10 @@ class Tracer:
                 self._module_tensors.add(id(t))
                 self._keep.append(t)
 
-    def wrap_input(self, value, source: Source):
+    def wrap_input(self, value, source: Source, depth: int = 0):
         """A real argument as what the traced code sees (FakeTensor, SymInt, or the value)."""
         if isinstance(value, torch.Tensor):
+            _check_supported(value, source)
             return self.tensor_input(value, source, "param" if isinstance(value, torch.nn.Parameter) else "size")
         if isinstance(value, bool) or value is None or isinstance(value, (str, torch.dtype, torch.device)) \
                 or (type(value).__module__ == "numpy" and getattr(value, "shape", None) == ()):  # numpy scalars
@@ -118,15 +119,18 @@ class Tracer:
                 node = self.graph.input(source, None, _name_hint(source))
                 self._bind(sym, node, "value", None)
             return sym
+        if isinstance(value, (tuple, list, dict)) and depth >= _MAX_DEPTH:
+            raise GraphBreak(f"argument {source.root().pretty()} is nested more than {_MAX_DEPTH} levels deep",
+                             None, "What to do: pass a flatter structure (e.g. a list of tensors).")
         if isinstance(value, (tuple, list)):
             self.value_inputs.append(ValueInput(source, type(value), "type", {"len": len(value)}))
-            items = [self.wrap_input(v, ItemSource(source, i)) for i, v in enumerate(value)]
+            items = [self.wrap_input(v, ItemSource(source, i), depth + 1) for i, v in enumerate(value)]
             if type(value) in (tuple, list, torch.Size):
                 return type(value)(items)
             return type(value)(*items) if hasattr(value, "_fields") else type(value)(items)
         if isinstance(value, dict):
             self.value_inputs.append(ValueInput(source, type(value), "type", {"keys": tuple(value)}))
-            return {k: self.wrap_input(v, ItemSource(source, k)) for k, v in value.items()}
+            return {k: self.wrap_input(v, ItemSource(source, k), depth + 1) for k, v in value.items()}
         if isinstance(value, torch.nn.Module):
             self.value_inputs.append(ValueInput(source, value, "id"))
             self.register_module(value, source)
@@ -501,6 +505,23 @@ class Tracer:
         if isinstance(value, slice):
             return slice(self.to_ir(value.start), self.to_ir(value.stop), self.to_ir(value.step))
         return value
+
+
+_MAX_DEPTH = 64  # nesting of list/tuple/dict arguments traced; deeper runs eagerly
+
+
+def _check_supported(t: torch.Tensor, source: Source) -> None:
+    """Dense tensors only: sparse, quantized and nested tensors run eagerly, saying which argument."""
+    kind = None
+    if t.is_nested:
+        kind = "nested"
+    elif t.layout is not torch.strided:
+        kind = f"sparse ({str(t.layout).replace('torch.', '')})"
+    elif t.is_quantized:
+        kind = "quantized"
+    if kind is not None:
+        raise GraphBreak(f"argument {source.pretty()} is a {kind} tensor, which dynashape does not support "
+                         "(dense tensors only)", None, "The call runs eagerly.")
 
 
 _INPLACE_DUNDERS = {"__setitem__", "__iadd__", "__isub__", "__imul__", "__itruediv__", "__ifloordiv__",
