@@ -115,7 +115,7 @@ class CompiledFunction:
         if self._module is not None:
             args = (self._module,) + args
         stance = _stance._current[0]
-        if stance == "force_eager" or _tracing_state._tracers:  # inside another trace: inline it
+        if stance == "force_eager" or _tracing_state.is_tracing():  # inside another trace: inline it
             return self._fn(*args, **kwargs)
         L = self._bind(args, kwargs)
         for e in self.entries:
