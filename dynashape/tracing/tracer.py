@@ -78,6 +78,7 @@ class Tracer:
         self.derived_sizes: list[tuple[Source, sympy.Expr]] = []  # input sizes given as expressions
         self.fallbacks: list[str] = []
         self._bound: set = set()
+        self.object_input = None  # fn(value, source) -> value: how other Python objects come in
 
     # ----------------------------------------------------------------- inputs
     def register_module(self, module: torch.nn.Module, source: Source) -> None:
@@ -121,6 +122,8 @@ class Tracer:
             self.value_inputs.append(ValueInput(source, value, "id"))
             self.register_module(value, source)
             return value
+        if self.object_input is not None:
+            return self.object_input(value, source)
         self.value_inputs.append(ValueInput(source, value, "id"))
         return value
 
@@ -203,11 +206,12 @@ class Tracer:
         return fake
 
     # ----------------------------------------------------------------- tracing
-    def run(self, fn, args, kwargs):
+    def run(self, fn, args, kwargs, finish=None):
+        """`finish(out)` -> the graph's output value (default: `to_ir(out)`)."""
         with tracing_scope(self), intercept_global_state(self), TracingMode(self):
             out = fn(*args, **kwargs)
         self._emit_pending_asserts()
-        self.graph.output(self.to_ir(out))
+        self.graph.output(finish(out) if finish is not None else self.to_ir(out))
         self.graph.symbol_bounds = {s: (vr.lo, vr.hi) for s, vr in self.env.var_to_range.items()
                                     if s in self.env._unbacked}
         return out
