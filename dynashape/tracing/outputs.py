@@ -216,7 +216,17 @@ def _fill(obj, items) -> None:
             object.__setattr__(obj, k, v)
 
 
+_slots: dict = {}
+
+
 def _slot_names(t) -> set:
+    names = _slots.get(t)
+    if names is None:
+        names = _slots[t] = _find_slots(t)
+    return names
+
+
+def _find_slots(t) -> set:
     names = set()
     for klass in t.__mro__:
         s = getattr(klass, "__slots__", ())
