@@ -185,7 +185,7 @@ def build_guards(tracer, env, *, globals_=None, closure=None, modules=(), grad_e
     src = "def guard(L):\n" + "".join(f"    {ln}\n" for ln in lines)
     exec_source(src, "guards", ns)
     if state_guard is not None:
-        readable += [getattr(t, "text", t) for t in state_guard.texts]
+        readable += state_guard.listed
     return GuardSet(ns["guard"], src, readable, list(tracer.tensor_inputs), list(tracer.value_inputs),
                     shape_guards, ns, extra, state_guard)
 

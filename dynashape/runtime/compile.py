@@ -35,6 +35,7 @@ from . import collectives as _collectives
 from . import pgo as _pgo
 from . import stance as _stance
 from .errors import RecompileError
+from .annotations import _ATTR as _MARKS
 from .module_ints import symbolic_int_attributes
 from .pystate import PyState
 from ..tracing.pyenv import trace_environment
@@ -101,9 +102,11 @@ class CompiledFunction:
         self._freevars = getattr(getattr(code_fn, "__code__", None), "co_freevars", ())
         self._co_names = _global_names(getattr(code_fn, "__code__", None))
         self._chains = _attr_chains(getattr(code_fn, "__code__", None))
-        self.entries: list[Entry] = []
+        shared = _shared_cache(code_fn, self._closure, bound_module, dynamic, fullgraph, backend)
+        self._shared = shared  # one cache per code object: ds.compile(f) twice shares entries and the limit
+        self.entries: list[Entry] = shared.entries
         self.stats = Stats()
-        self.frame_state = FrameState()
+        self.frame_state = shared.frame_state
         self._warned_limit = False
         self._ran_eagerly = False  # eager_then_compile: the first call has run
         functools.update_wrapper(self, fn)
@@ -208,6 +211,8 @@ class CompiledFunction:
                     state.root(v, src)
                     fake[name] = v
                 else:
+                    if isinstance(v, torch.Tensor):
+                        state.marks(v, src, _MARKS)
                     fake[name] = tracer.wrap_input(v, src)
             call_args, call_kwargs = self._call_args(fake, args, kwargs)
             with contextlib.ExitStack() as stack:
@@ -328,7 +333,32 @@ class CompiledFunction:
     def reset(self):
         self.entries.clear()
         self.stats = Stats()
+        self.frame_state.__init__()
+
+
+class _SharedCache:
+    """What every CompiledFunction of one code object (same closure, same options) shares."""
+
+    def __init__(self, bound):
+        self.entries: list = []
         self.frame_state = FrameState()
+        self.bound = bound
+
+
+_SHARED: "weakref.WeakValueDictionary" = weakref.WeakValueDictionary()
+
+
+def _shared_cache(code_fn, closure, bound, dynamic, fullgraph, backend) -> _SharedCache:
+    code = getattr(code_fn, "__code__", None)
+    if code is None:
+        return _SharedCache(bound)
+    knobs = tuple(sorted((k, v) for k, v in config.knobs().items() if isinstance(v, (bool, int, float, str))))
+    key = (code, id(getattr(code_fn, "__globals__", None)), tuple(map(id, closure)), id(bound), dynamic,
+           fullgraph, backend if isinstance(backend, str) else id(backend), knobs)  # the config compiled under
+    shared = _SHARED.get(key)
+    if shared is None or shared.bound is not bound:
+        shared = _SHARED[key] = _SharedCache(bound)
+    return shared
 
 
 _MISSING = object()

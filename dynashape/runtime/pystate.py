@@ -53,7 +53,8 @@ class PyState:
         self.tracer = tracer
         self.env = {"G": globals_ if globals_ is not None else {}, "C": closure or ()}
         self.lines: list[str] = []  # the guard function's body
-        self.texts: list[str] = []  # what check i says when it fails
+        self.texts: list = []  # what check i says when it fails
+        self.listed: list[str] = []  # the checks shown in entry.guards
         self.ns: dict = {}
         self.containers: list = []  # (kind, obj, source): 'list', 'dict' or 'attrs' (an object's __dict__)
         self._seen: dict = {}  # id -> source
@@ -76,9 +77,12 @@ class PyState:
         self._n = getattr(self, "_n", 0) + 1
         return f"{hint}{self._n}_"
 
-    def _check(self, cond: str, text: str) -> None:
+    def _check(self, cond: str, text, listed: bool = True) -> None:
+        """`text` (or text(L)) says why it failed; `listed`: shown in entry.guards."""
         self.lines.append(f"if not ({cond}): return {len(self.texts)}")
         self.texts.append(text)
+        if listed:
+            self.listed.append(getattr(text, "text", text))
 
     def _reader(self, src: Source):
         return eval(f"lambda L: {src.name()}", dict(self.env))
@@ -246,6 +250,13 @@ class PyState:
             self._child(x, AttrSource(src, k) if k.isidentifier() else ItemSource(AttrSource(src, "__dict__"), k),
                         f"{dv}.get({k!r})" if module else f"{dv}[{k!r}]", depth)
 
+    def marks(self, t: torch.Tensor, src: Source, attr: str) -> None:
+        """A tensor argument's ds.mark_dynamic & co: marked later, it must recompile (not reuse a
+        static entry)."""
+        now = getattr(t, attr, None)
+        self._check(f"getattr({src.name()}, {attr!r}, None) == {self._const(now)}",
+                    f"the ds.mark_* annotations of {src.pretty()} are {now!r}", listed=False)
+
     def environ(self, reads: dict) -> None:
         """os.environ values the trace read (None: the variable was unset)."""
         if reads:
@@ -272,6 +283,7 @@ class PyState:
                 return -1
         safe.source = src
         safe.texts = self.texts
+        safe.listed = self.listed
         return safe
 
     # ------------------------------------------------------------ snapshot, effects, restore

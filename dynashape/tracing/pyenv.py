@@ -52,8 +52,8 @@ def _caller_is_user() -> bool:
     first = None
     while f is not None:
         name = (f.f_globals.get("__name__", "") or "").split(".", 1)[0]
-        if name in ("importlib", "dynashape"):
-            return False  # a module being imported, or dynashape's own code
+        if name == "importlib":
+            return False  # a module being imported
         if first is None and name not in ("os", "collections", "_collections_abc"):
             first = name
             if first in _LIBS:
