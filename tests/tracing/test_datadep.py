@@ -202,3 +202,11 @@ def test_split_with_sizes_read_from_data():
                         dynamic=None, compiles=1)
     with pytest.raises(RuntimeError, match="sizes must match"):
         cf(torch.randn(6, 2), torch.tensor([2, 2]))  # the sizes must add up: checked when the code runs
+
+
+def test_one_argument_where_stays_in_the_graph_like_nonzero():
+    def where1(x):
+        return torch.where(x > 0)[0]
+
+    cf = check_vs_eager(where1, [(torch.randn(n),) for n in (5, 7, 9)], dynamic=None)
+    assert cf.stats.graph_breaks == [] and cf.stats.compiles >= 1
