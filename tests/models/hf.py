@@ -37,7 +37,7 @@ def make(name: str) -> torch.nn.Module:
     if name == "qwen2":
         return T.Qwen2ForCausalLM(T.Qwen2Config(**DECODER))
     if name == "mistral":
-        return T.MistralForCausalLM(T.MistralConfig(sliding_window=64, **DECODER))
+        return T.MistralForCausalLM(T.MistralConfig(**DECODER))  # sliding window 4096: above every length here
     if name == "bert":
         return T.BertModel(T.BertConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                                         num_attention_heads=4, max_position_embeddings=256, **TEXT))
