@@ -66,6 +66,8 @@ class PyState:
         self.template: Template | None = None
         self.module_targets = False
         self.skip_attrs: set = set()  # (id(module), name) traced as SymInts: not guarded as constants
+        self._mod_plain: list = []  # (module __dict__, source, name, value): every module's plain attributes
+        self._mod_dicts: list = []  # (its _parameters/_buffers/_modules dict, source, name)
 
     # ------------------------------------------------------------ walking
     def _const(self, v, hint="k") -> str:
@@ -110,11 +112,9 @@ class PyState:
         for k in ("_parameters", "_buffers"):  # replaced without __setattr__: still seen
             t = d.get(k)
             if t:
-                self._check(f"tuple(map(id, {mv}.{k}.values())) == {self._const(tuple(map(id, t.values())), 'ids')}"
-                            f" and tuple({mv}.{k}) == {self._const(tuple(t), 'keys')}",
-                            f"{src.pretty()}.{k} holds the same tensors")
+                self._mod_dicts.append((t, src, k))
                 self._keep.append(tuple(t.values()))
-        self._check(f"{mv}.training is {m.training}", _why_attrs(self._reader(src), src, [("training", m.training)]))
+        self._mod_plain.append((d, src, "training", m.training))
         self._attrs(m, src, mv, 1, module=True)
 
     def _visit(self, v, src: Source, var: str, depth: int) -> None:
@@ -225,19 +225,23 @@ class PyState:
         if not module:
             self.containers.append(("attrs", obj, src))
         dv = self._name("d")
-        self.lines.append(f"{dv} = {var}.__dict__")
         if not module:
-            self._check(f"{dv}.keys() == {self._const(set(d), 'keys')}",
+            self.lines.append(f"{dv} = {var}.__dict__")
+        if not module:            self._check(f"{dv}.keys() == {self._const(set(d), 'keys')}",
                         f"{src.pretty()} has the attributes {sorted(d)}")
         plain, rest = [], []
         for k, x in d.items():
-            if not _key_ok(k) or (module and (k.startswith("_") or (id(obj), k) in self.skip_attrs)):
+            if not _key_ok(k) or (module and (k.startswith("_") or k == "training" or (id(obj), k) in self.skip_attrs)):
                 continue
             if k.startswith("__"):
                 continue
             (plain if isinstance(x, _PLAIN) else rest).append((k, x))
-        if plain:
-            get = ", ".join(f"{dv}.get({k!r})" if module else f"{dv}[{k!r}]" for k, _ in plain)
+        if module:  # checked together with every other module's, in one comparison
+            self._mod_plain += [(d, src, k, x) for k, x in plain]
+            if any(not isinstance(x, torch.nn.Module) for _, x in rest):
+                self.lines.append(f"{dv} = {var}.__dict__")
+        elif plain:
+            get = ", ".join(f"{dv}[{k!r}]" for k, _ in plain)
             tv = self._name("p")
             self.lines.append(f"{tv} = ({get},)")
             vals = tuple(x for _, x in plain)
@@ -266,8 +270,43 @@ class PyState:
                 self._check(f"_environ.get({k!r}) == {self._const(v)}", f"os.environ.get({k!r}) == {v!r}")
 
     # ------------------------------------------------------------ the guard
+    def _module_checks(self) -> None:
+        """Every module's plain attributes, and the tensors and submodules its dicts hold, in two
+        comparisons (a per-module check costs more than the dicts' lookups)."""
+        if self._mod_plain:
+            self.ns["_get"] = dict.get
+            ds_ = self._const(tuple(d for d, *_ in self._mod_plain), "mds")
+            ks = self._const(tuple(k for _, _, k, _ in self._mod_plain), "mks")
+            vals = tuple(x for *_, x in self._mod_plain)
+            self.lines.insert(0, f"mp_ = tuple(map(_get, {ds_}, {ks}))")
+            self._check_first(f"mp_ == {self._const(vals, 'vals')} and tuple(map(type, mp_)) == "
+                              f"{self._const(tuple(map(type, vals)), 'types')}", _why_modules(self._mod_plain),
+                              "module attributes: " + " and ".join(f"{src.name()}.{k} == {x!r}"
+                                                                   for _, src, k, x in self._mod_plain))
+        if self._mod_dicts:
+            import itertools
+            dicts = tuple(t for t, _, _ in self._mod_dicts)
+            self.ns["_chain"], self.ns["_values"] = itertools.chain.from_iterable, dict.values
+            md = self._const(dicts, "mdicts")
+            members = tuple(v for t in dicts for v in t.values())
+            keys = tuple(k for t in dicts for k in t)
+            # tuple equality compares identical items by identity first: a replaced tensor falls to
+            # Tensor.__eq__, which raises in bool(), and a guard that raises fails
+            self._check_first(f"tuple(_chain(map(_values, {md}))) == {self._const(members, 'members')} and "
+                              f"tuple(_chain({md})) == {self._const(keys, 'keys')}",
+                              _why_dicts(self._mod_dicts), None)
+
+    def _check_first(self, cond, why, listed) -> None:
+        """A check at the top of the guard function (its index is appended: failures are found by index)."""
+        at = 1 if self.lines and self.lines[0].startswith("mp_ = ") else 0
+        self.lines.insert(at, f"if not ({cond}): return {len(self.texts)}")
+        self.texts.append(why)
+        if listed:
+            self.listed.append(listed)
+
     def guard(self):
         """(fn(L) -> None when the state matches, else the index of the failed check; texts)."""
+        self._module_checks()
         if not self.lines:
             return None
         ns = dict(self.ns, **self.env, torch=torch)
@@ -360,6 +399,30 @@ class PyState:
 
 
 _MISSING = object()
+
+
+def _why_modules(items):
+    def why(L):
+        for d, src, k, x in items:
+            now = d.get(k, _MISSING)
+            if now is _MISSING:
+                return f"{src.name()}.{k} == {x!r} failed ({src.pretty()}.{k} is not set)"
+            if type(now) is not type(x) or now != x:
+                return f"{src.name()}.{k} == {x!r} failed ({src.pretty()}.{k} = {now!r})"
+        return "module attributes changed"
+    return why
+
+
+def _why_dicts(items):
+    saved = [(t, src, k, dict(t)) for t, src, k in items]
+
+    def why(L):
+        for t, src, k, before in saved:
+            if list(t) != list(before) or any(t[n] is not v for n, v in before.items()):
+                what = {"_parameters": "parameters", "_buffers": "buffers", "_modules": "submodules"}[k]
+                return f"the {what} of {src.pretty()} are not the same objects as when traced"
+        return "module members changed"
+    return why
 
 
 def _why_attrs(read, src, items):
