@@ -195,6 +195,8 @@ class CompiledFunction:
         tracer = Tracer(env, graph, policy, capture_scalar_outputs=config.capture_scalar_outputs,
                         capture_dynamic_output_shape_ops=config.capture_dynamic_output_shape_ops)
         state = PyState(tracer, self._globals, self._closure)
+        if self.dynamic is None and config.automatic_dynamic_shapes:
+            state.frame_state = self.frame_state
         tracer.object_input = lambda v, src: (state.root(v, src), v)[1]
         modules = self._prepare(tracer, L, state)
         grad = torch.is_grad_enabled()

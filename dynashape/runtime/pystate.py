@@ -68,6 +68,8 @@ class PyState:
         self.skip_attrs: set = set()  # (id(module), name) traced as SymInts: not guarded as constants
         self._mod_plain: list = []  # (module __dict__, source, name, value): every module's plain attributes
         self._mod_dicts: list = []  # (its _parameters/_buffers/_modules dict, source, name)
+        self._cells: list = []  # (closure cell, its int) holding a SymInt while tracing
+        self.frame_state = None  # automatic dynamic for closed-over ints (runtime.policy.FrameState)
 
     # ------------------------------------------------------------ walking
     def _const(self, v, hint="k") -> str:
@@ -195,8 +197,10 @@ class PyState:
                     x = cell.cell_contents
                 except ValueError:
                     continue
-                self._child(x, AttrSource(ItemSource(AttrSource(src, "__closure__"), i), "cell_contents"),
-                            f"{var}.__closure__[{i}].cell_contents", depth)
+                csrc = AttrSource(ItemSource(AttrSource(src, "__closure__"), i), "cell_contents")
+                if type(x) is int and self._int_cell(cell, x, csrc):
+                    continue
+                self._child(x, csrc, f"{var}.__closure__[{i}].cell_contents", depth)
             return
         if isinstance(v, types.MethodType):
             self._check(f"type({var}) is {t} and {var}.__func__ is {self._const(v.__func__, 'o')}",
@@ -210,6 +214,17 @@ class PyState:
             return
         self._check(f"type({var}) is {t}", f"type({src.pretty()}) is {type(v).__qualname__}")
         self._attrs(v, src, var, depth)
+
+    def _int_cell(self, cell, x: int, src: Source) -> bool:
+        """A closed-over int of a function argument follows the int policy (automatic dynamic: a
+        new lambda closing over another value reuses one graph); True when it is handled here."""
+        if self.frame_state is not None:
+            self.frame_state.update_pairs([(src, x)])
+        value = self.tracer.wrap_input(x, src)  # guarded there: by value when static, by type when symbolic
+        if value is not x:
+            cell.cell_contents = value  # while tracing only: restore() puts the int back
+            self._cells.append((cell, x))
+        return True
 
     def _child(self, x, src, expr, depth):
         if isinstance(x, torch.Tensor):
@@ -351,6 +366,8 @@ class PyState:
         return tuple(tmpl.flat)
 
     def restore(self) -> None:
+        for cell, x in self._cells:
+            cell.cell_contents = x
         for kind, obj, src, before in getattr(self, "_snap", ()):
             now = _contents(kind, obj)
             if kind == "list":

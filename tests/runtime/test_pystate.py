@@ -356,3 +356,15 @@ def test_no_fake_tensor_is_left_in_arguments_modules_or_globals():
     cm(torch.randn(2, 3))
     for v in list(vars(m).values()) + m.history + [LOG]:
         assert not isinstance(v, FakeTensor)
+
+
+def test_a_closed_over_int_of_a_function_argument_becomes_dynamic_instead_of_recompiling():
+    def apply(fn, x):
+        return fn(x)
+
+    cf = ds.compile(apply)
+    for k in (2, 3, 4, 5, 7):
+        g = (lambda kk: (lambda x: x * kk + x.shape[0] % kk))(k)
+        assert torch.equal(cf(g, torch.ones(3)), g(torch.ones(3)))
+    assert cf.stats.compiles == 2
+    assert "type(L['fn'].__closure__[0].cell_contents) is int" in cf.entries[0].guards
