@@ -89,7 +89,7 @@ class PyState:
             self.listed.append(getattr(text, "text", text))
 
     def _reader(self, src: Source):
-        return eval(f"lambda L: {src.name()}", dict(self.env))
+        return _Reader(src, self.env)
 
     def root(self, v, src: Source) -> None:
         """An argument or global the trace may read: guard and track what it reaches."""
@@ -416,6 +416,20 @@ class PyState:
 
 
 _MISSING = object()
+
+
+class _Reader:
+    """fn(L) reading a source at run time, compiled on first use (most are never read)."""
+
+    __slots__ = ("src", "env", "fn")
+
+    def __init__(self, src, env):
+        self.src, self.env, self.fn = src, env, None
+
+    def __call__(self, L):
+        if self.fn is None:
+            self.fn = eval(f"lambda L: {self.src.name()}", dict(self.env))
+        return self.fn(L)
 
 
 def _why_modules(items):
