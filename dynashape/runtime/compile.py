@@ -209,6 +209,9 @@ class CompiledFunction:
                     if v is not self._module:
                         tracer.value_inputs.append(ValueInput(src, v, "id"))
                     fake[name] = v
+                elif type(v) in (list, dict):  # rebuilt with symbolic values; its changes are replayed
+                    fake[name] = tracer.wrap_input(v, src)
+                    state.copied(fake[name], src)
                 elif isinstance(v, (list, dict)) or _is_object(v):  # the real object: changes are replayed
                     state.root(v, src)
                     fake[name] = v

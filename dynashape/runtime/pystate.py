@@ -97,6 +97,19 @@ class PyState:
         self.lines.append(f"{var} = {src.name()}")
         self._visit(v, src, var, 0)
 
+    def copied(self, copy, src: Source) -> None:
+        """A list/dict argument the tracer rebuilt with symbolic values (ints may be dynamic): the
+        trace's changes to the copy are replayed on the caller's object, which an output reads back."""
+        if type(copy) not in (list, dict) or id(copy) in self.readers:
+            return
+        self.readers[id(copy)] = self._reader(src)
+        self._keep.append(copy)
+        self.containers.append(("list" if type(copy) is list else "dict", copy, src))
+        items = enumerate(copy) if type(copy) is list else copy.items()
+        for k, x in items:
+            if type(x) in (list, dict) and _key_ok(k):
+                self.copied(x, ItemSource(src, k))
+
     def module(self, m: torch.nn.Module, src: Source) -> None:
         """A module's own state (not its parameters, which are tensor inputs)."""
         if id(m) in self._seen:
