@@ -28,6 +28,8 @@ from ..tracing.outputs import Template, build, builder
 
 _PLAIN = (bool, int, float, str, bytes, type(None), complex)
 _ATOMIC = (torch.dtype, torch.device, torch.layout, torch.memory_format, enum.Enum, torch.Size)
+_LIBRARIES = {"torch", "transformers", "builtins", "typing", "collections", "dataclasses", "enum", "abc",
+              "dynashape", "numpy", "functools", "types"}
 _MAX_DEPTH = 6
 _MAX_NODES = 4000
 
@@ -130,6 +132,7 @@ class PyState:
                 self._mod_dicts.append((t, src, k))
                 self._keep.append(tuple(t.values()))
         self._mod_plain.append((d, src, "training", m.training))
+        self._class_attrs(type(m), src)
         self._attrs(m, src, mv, 1, module=True)
 
     def _visit(self, v, src: Source, var: str, depth: int) -> None:
@@ -226,6 +229,7 @@ class PyState:
             self._check(f"{var} is {self._const(v, 'o')}", f"{src.pretty()} is the same {type(v).__name__}")
             return
         self._check(f"type({var}) is {t}", f"type({src.pretty()}) is {type(v).__qualname__}")
+        self._class_attrs(type(v), src)
         self._attrs(v, src, var, depth)
 
     def _int_cell(self, cell, x: int, src: Source) -> bool:
@@ -238,6 +242,23 @@ class PyState:
             cell.cell_contents = value  # while tracing only: restore() puts the int back
             self._cells.append((cell, x))
         return True
+
+    def _class_attrs(self, cls, src: Source) -> None:
+        """Plain class attributes of the user's own classes (`self.use_cache_default` defined on the
+        class): read through the instance, changed on the class. Library classes are left out."""
+        for klass in cls.__mro__:
+            if id(klass) in self._seen or klass is object or (klass.__module__ or "").split(".")[0] in _LIBRARIES:
+                continue
+            self._seen[id(klass)] = src
+            self._keep.append(klass)
+            items = [(k, x) for k, x in vars(klass).items()
+                     if not k.startswith("__") and isinstance(x, _PLAIN)]
+            if items:
+                cd = self._const(vars(klass), "cd")
+                keys = tuple(k for k, _ in items)
+                vals = tuple(x for _, x in items)
+                self._check(f"tuple(map({cd}.get, {self._const(keys, 'ck')})) == {self._const(vals, 'cv')}",
+                            " and ".join(f"{klass.__qualname__}.{k} == {x!r}" for k, x in items))
 
     def _child(self, x, src, expr, depth):
         if isinstance(x, torch.Tensor):

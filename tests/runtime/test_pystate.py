@@ -368,3 +368,17 @@ def test_a_closed_over_int_of_a_function_argument_becomes_dynamic_instead_of_rec
         assert torch.equal(cf(g, torch.ones(3)), g(torch.ones(3)))
     assert cf.stats.compiles == 2
     assert "type(L['fn'].__closure__[0].cell_contents) is int" in cf.entries[0].guards
+
+
+def test_a_class_attribute_read_through_self_is_guarded():
+    class M(torch.nn.Module):
+        scale = 2.0
+
+        def forward(self, x):
+            return x * self.scale
+
+    m = M()
+    cm = ds.compile(m)
+    assert cm(torch.ones(1)).item() == 2.0
+    M.scale = 3.0
+    assert cm(torch.ones(1)).item() == 3.0
