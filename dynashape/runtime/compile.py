@@ -91,6 +91,9 @@ class CompiledFunction:
         self._module = bound_module  # for compiled nn.Modules and bound methods: passed as `self`
         self._bound_cache: dict = {}  # id(instance) -> bound callable, for @ds.compile on a method
         code_fn = inspect.unwrap(fn)
+        # a wrapper (a decorator) may behave differently for x=... and x: then how the user called
+        # is part of the guards; for a plain function it is not
+        self._shape_matters = code_fn is not fn
         self._sig = inspect.signature(code_fn)
         while isinstance(code_fn, functools.partial):  # its globals and closure are the wrapped function's
             code_fn = inspect.unwrap(code_fn.func)
@@ -134,7 +137,7 @@ class CompiledFunction:
         if stance == "force_eager" or _tracing_state._tracers:  # inside another trace: inline it
             return self._fn(*args, **kwargs)
         L = self._bind(args, kwargs)
-        shape = (len(args), tuple(kwargs)) if kwargs else len(args)
+        shape = ((len(args), tuple(kwargs)) if kwargs else len(args)) if self._shape_matters else 0
         for e in self.entries:
             if e.call_shape == shape and e.guard_set.fn(L):
                 if e.fn is None:
@@ -149,7 +152,12 @@ class CompiledFunction:
     def _miss(self, L, args, kwargs, stance="default"):
         if self.entries:
             reasons = []
+            shape = self._call_shape(args[1:] if self._module is not None else args, kwargs)
             for e in self.entries:
+                if e.call_shape != self._call_shape(args, kwargs):
+                    reasons.append(f"called with {_describe_call(shape)}; the entry was traced for a call with "
+                                   f"{_describe_call(_strip_self(e.call_shape, self._module))}")
+                    continue
                 reasons += e.guard_set.explain(L) or ["guards failed"]
             reasons = self.frame_state.advise(reasons, L, self)
             if stance == "fail_on_recompile":
@@ -164,6 +172,8 @@ class CompiledFunction:
         return self._compile_and_run(L, args, kwargs)
 
     def _call_shape(self, args, kwargs):
+        if not self._shape_matters:
+            return 0
         return (len(args), tuple(kwargs)) if kwargs else len(args)
 
     def _limit_hit(self, args, kwargs, reasons):
@@ -427,6 +437,19 @@ def _library(v) -> bool:
     """A module or class of torch, the standard library and the like: its attributes are not guarded."""
     name = v.__name__ if isinstance(v, types.ModuleType) else getattr(v, "__module__", None)
     return isinstance(name, str) and name.split(".", 1)[0] in _LIBRARIES
+
+
+def _describe_call(shape) -> str:
+    if shape == 0:
+        return "any arguments"
+    n, kw = (shape, ()) if isinstance(shape, int) else shape
+    return f"{n} positional argument{'s' if n != 1 else ''}" + (f" and keywords {', '.join(kw)}" if kw else "")
+
+
+def _strip_self(shape, bound):
+    if bound is None or shape == 0:
+        return shape
+    return shape - 1 if isinstance(shape, int) else (shape[0] - 1, shape[1])
 
 
 def _attr_chains(code) -> tuple:

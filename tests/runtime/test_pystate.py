@@ -382,3 +382,26 @@ def test_a_class_attribute_read_through_self_is_guarded():
     assert cm(torch.ones(1)).item() == 2.0
     M.scale = 3.0
     assert cm(torch.ones(1)).item() == 3.0
+
+
+def test_a_decorated_function_recompiles_when_called_another_way_and_says_so():
+    def default_scale(func):
+        @functools.wraps(func)
+        def wrapper(x, *args, **kwargs):
+            kwargs.setdefault("scale", 2.0)  # sees only what was passed by keyword
+            return func(x, *args, **kwargs)
+        return wrapper
+
+    @default_scale
+    def f(x, scale=None):
+        return x * scale
+
+    cf = ds.compile(f)
+    assert cf(torch.ones(1)).item() == 2.0
+    assert cf(torch.ones(1), scale=3.0).item() == 3.0
+    assert "keywords scale" in cf.stats.recompile_reasons[0]
+
+    plain = ds.compile(_double)
+    plain(torch.ones(2))
+    plain(x=torch.ones(2))  # a plain function: how it is called does not matter
+    assert len(plain.entries) == 1
