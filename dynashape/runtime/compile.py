@@ -229,6 +229,8 @@ class CompiledFunction:
                     if isinstance(v, torch.Tensor):
                         state.marks(v, src, _MARKS)
                     fake[name] = tracer.wrap_input(v, src)
+                    if isinstance(v, tuple):
+                        state.copied(fake[name], src)
             call_args, call_kwargs = self._call_args(fake, args, kwargs)
             with contextlib.ExitStack() as stack:
                 if config.allow_unspec_int_on_nn_module and modules:

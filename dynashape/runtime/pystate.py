@@ -102,6 +102,10 @@ class PyState:
     def copied(self, copy, src: Source) -> None:
         """A list/dict argument the tracer rebuilt with symbolic values (ints may be dynamic): the
         trace's changes to the copy are replayed on the caller's object, which an output reads back."""
+        if isinstance(copy, tuple):  # immutable itself; the lists and dicts in it are copies too
+            for i, x in enumerate(copy):
+                self.copied(x, ItemSource(src, i))
+            return
         if type(copy) not in (list, dict) or id(copy) in self.readers:
             return
         self.readers[id(copy)] = self._reader(src)
@@ -109,7 +113,7 @@ class PyState:
         self.containers.append(("list" if type(copy) is list else "dict", copy, src))
         items = enumerate(copy) if type(copy) is list else copy.items()
         for k, x in items:
-            if type(x) in (list, dict) and _key_ok(k):
+            if isinstance(x, (list, dict, tuple)) and _key_ok(k):
                 self.copied(x, ItemSource(src, k))
 
     def module(self, m: torch.nn.Module, src: Source) -> None:

@@ -405,3 +405,14 @@ def test_a_decorated_function_recompiles_when_called_another_way_and_says_so():
     plain(torch.ones(2))
     plain(x=torch.ones(2))  # a plain function: how it is called does not matter
     assert len(plain.entries) == 1
+
+
+def test_a_list_inside_a_tuple_argument_is_mutated_like_eager():
+    def f(x, pair):
+        pair[1].append(x * 2)
+        return x + 1
+
+    cf = ds.compile(f)
+    acc = []
+    cf(torch.ones(1), (0, acc))
+    assert len(acc) == 1 and _real(acc[0]) and acc[0].item() == 2.0
