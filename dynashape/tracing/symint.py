@@ -50,8 +50,10 @@ def _value(self):
 
 
 def _from_dynashape() -> bool:
+    """Whether str()/format() was called by dynashape itself (or by logging, formatting our messages)."""
     import sys
-    return (sys._getframe(2).f_globals.get("__name__", "") or "").startswith("dynashape")
+    name = sys._getframe(2).f_globals.get("__name__", "") or ""
+    return name.startswith("dynashape") or name == "logging" or name.startswith("logging.")
 
 
 def _format(self, spec):
