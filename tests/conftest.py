@@ -9,3 +9,53 @@ import dynashape as ds
 def _isolated_pgo_store(tmp_path_factory):
     with ds.config.patch(pgo_dir=str(tmp_path_factory.mktemp("pgo")), pgo_remote="", job_id=""):
         yield
+
+
+def _find_fake(roots, limit=20000, meta_ok=False):
+    """The path to a FakeTensor or symbolic value (or meta tensor, unless `meta_ok`) reachable from
+    `roots`, or None."""
+    import torch
+    from dynashape.symbolic.symtypes import SymBase
+    from dynashape.tracing.fake import FakeTensor
+    seen, todo = set(), list(roots)
+    while todo and len(seen) < limit:
+        path, v = todo.pop()
+        if id(v) in seen:
+            continue
+        seen.add(id(v))
+        if isinstance(v, (FakeTensor, SymBase)) or (
+                not meta_ok and isinstance(v, torch.Tensor) and v.device.type == "meta"):
+            return path
+        if isinstance(v, torch.Tensor) or isinstance(v, (str, bytes, int, float, type)) or path.count(".") > 8:
+            continue
+        if isinstance(v, (list, tuple, set, frozenset)):
+            todo += [(f"{path}[{i}]", x) for i, x in enumerate(v)]
+        elif isinstance(v, dict):
+            todo += [(f"{path}[{k!r}]", x) for k, x in v.items() if not (isinstance(k, str) and k.startswith("__"))]
+        elif hasattr(v, "__dict__") and type(v).__module__ not in ("builtins",) \
+                and not type(v).__module__.startswith(("dynashape", "sympy", "torch._")):
+            try:
+                todo += [(f"{path}.{k}", x) for k, x in vars(v).items()]
+            except TypeError:
+                pass
+    return None
+
+
+@pytest.fixture(autouse=True)
+def _nothing_of_a_trace_escapes(monkeypatch, request):
+    """After every compile in the suite: no FakeTensor or symbolic value in what the call returned,
+    in its arguments (and the modules and objects they hold), or in the globals the function names."""
+    from dynashape.runtime.compile import CompiledFunction
+    orig = CompiledFunction._compile_and_run
+
+    def checked(self, L, args, kwargs):
+        out = orig(self, L, args, kwargs)
+        roots = [("output", out)] + [(f"argument {k}", v) for k, v in L.items()]
+        roots += [(f"global {n}", self._globals[n]) for n in self._co_names
+                  if n in self._globals and not isinstance(self._globals[n], type(pytest))]
+        where = _find_fake(roots, meta_ok=request.node.get_closest_marker("meta_device") is not None)
+        assert where is None, f"a trace-time value escaped into {where}"
+        return out
+
+    monkeypatch.setattr(CompiledFunction, "_compile_and_run", checked)
+    yield

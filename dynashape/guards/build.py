@@ -38,6 +38,7 @@ class GuardSet:
     shape_guards: list[ShapeGuard]
     ns: dict = field(default_factory=dict)
     extra: list = field(default_factory=list)  # (code over L/G/C, readable text)
+    state_guard: object = None  # the Python-state checks (None when they hold), see runtime/pystate.py
 
     def __call__(self, L) -> bool:
         return self.fn(L)
@@ -45,6 +46,13 @@ class GuardSet:
     def explain(self, L) -> list[str]:
         """Plain-words reasons why these guards reject `L` (empty when they accept it)."""
         ns = dict(self.ns, L=L)
+        if self.state_guard is not None:
+            failed = self.state_guard(L)
+            if failed is not None:
+                if failed < 0:
+                    return ["the Python state the trace read could not be read again"]
+                text = self.state_guard.texts[failed]
+                return [text(L) if callable(text) else f"{text} failed"]
         for t in self.tensors:
             why = _explain_tensor(t, ns)
             if why:
@@ -71,14 +79,18 @@ class GuardSet:
 
 
 def build_guards(tracer, env, *, globals_=None, closure=None, modules=(), grad_enabled=True,
-                 symbolic_attributes=frozenset()) -> GuardSet:
+                 symbolic_attributes=frozenset(), state_guard=None) -> GuardSet:
     """`symbolic_attributes`: (id(module), name) of int attributes traced as SymInts (their
-    ValueInputs check the type; the module-state check leaves their value free)."""
+    ValueInputs check the type; the module-state check leaves their value free).
+    `state_guard(L)`: the Python-state checks (runtime/pystate.py), run first: None when they hold."""
     ns = {"torch": torch, "G": globals_ if globals_ is not None else {}, "C": closure or ()}
     local_of: dict[Source, str] = {}
     shape_of: dict[Source, str] = {}
     lines: list[str] = []
     readable: list[str] = []
+    if state_guard is not None:  # structure first: the tensor reads below may go through it
+        ns["_state_guard"] = state_guard
+        lines.append("if _state_guard(L) is not None: return False")
 
     def const(v, hint="k"):
         name = f"_{hint}{len(ns)}"
@@ -190,8 +202,10 @@ def build_guards(tracer, env, *, globals_=None, closure=None, modules=(), grad_e
     src = ("def guard(L):\n    try:\n" + "".join(f"        {ln}\n" for ln in lines)
            + "    except Exception:\n        return False\n")
     exec_source(src, "guards", ns)
+    if state_guard is not None:
+        readable += state_guard.listed
     return GuardSet(ns["guard"], src, readable, list(tracer.tensor_inputs), list(tracer.value_inputs),
-                    shape_guards, ns, extra)
+                    shape_guards, ns, extra, state_guard)
 
 
 def _aliasing_guards(tracer, local_of, lines, readable, ns) -> list:

@@ -8,11 +8,11 @@ sizes are symbolic, and records in plain words why the old entries failed.
 from __future__ import annotations
 
 import contextlib
-import copy
 import functools
 import inspect
 import logging
 import os
+import sys
 import types
 import warnings
 import weakref
@@ -36,7 +36,10 @@ from . import collectives as _collectives
 from . import pgo as _pgo
 from . import stance as _stance
 from .errors import RecompileError
+from .annotations import _ATTR as _MARKS
 from .module_ints import symbolic_int_attributes
+from .pystate import PyState
+from ..tracing.pyenv import trace_environment
 from .policy import FrameState, make_policy
 from .dispatch import EntryCache
 from .registry import get_backend
@@ -73,6 +76,7 @@ class Entry:
     fn: object  # fn(L), or None for eager
     env: ShapeEnv
     dynamic_sources: dict = field(default_factory=dict)  # source name -> why it is dynamic
+    call_shape: tuple = ()  # (number of positional arguments, keyword names): how the user called it
 
     @property
     def guards(self) -> list[str]:
@@ -96,9 +100,15 @@ class CompiledFunction:
         self.dynamic = dynamic
         self.fullgraph = fullgraph
         self.backend = get_backend(backend)
-        self._module = bound_module  # for compiled nn.Modules: passed as `self`
+        self._module = bound_module  # for compiled nn.Modules and bound methods: passed as `self`
+        self._bound_cache: dict = {}  # id(instance) -> bound callable, for @ds.compile on a method
         code_fn = inspect.unwrap(fn)
+        # a wrapper (a decorator) may behave differently for x=... and x: then how the user called
+        # is part of the guards; for a plain function it is not
+        self._shape_matters = code_fn is not fn
         self._sig = inspect.signature(code_fn)
+        while isinstance(code_fn, functools.partial):  # its globals and closure are the wrapped function's
+            code_fn = inspect.unwrap(code_fn.func)
         params = list(self._sig.parameters.values())
         self._names = tuple(p.name for p in params)
         self._simple = all(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in params)
@@ -106,14 +116,24 @@ class CompiledFunction:
         self._closure = getattr(code_fn, "__closure__", None) or ()
         self._freevars = getattr(getattr(code_fn, "__code__", None), "co_freevars", ())
         self._co_names = _global_names(getattr(code_fn, "__code__", None))
-        self._cache = EntryCache()
+        self._chains = _attr_chains(getattr(code_fn, "__code__", None))
+        shared = _shared_cache(code_fn, self._closure, bound_module, dynamic, fullgraph, backend)
+        self._shared = shared  # one cache per code object: ds.compile(f) twice shares entries and the limit
+        self._cache = shared.cache
         self.stats = Stats()
-        self.frame_state = FrameState()
+        self.frame_state = shared.frame_state
         self._warned_limit = False
         self._fell_back = False  # the recompile limit was hit: misses run eagerly, unexplained
         self._ran_eagerly = False  # eager_then_compile: the first call has run
         functools.update_wrapper(self, fn)
         _ALL.add(self)
+
+    def __get__(self, obj, objtype=None):
+        """`@ds.compile` on a method: `obj.method` is bound like a function; `self` is an argument
+        (its state guarded like any argument's), the cache is the method's, shared by all instances."""
+        if obj is None:
+            return self
+        return types.MethodType(self, obj)
 
     # ------------------------------------------------------------------ calling
     def _bind(self, args, kwargs) -> dict:
@@ -130,7 +150,8 @@ class CompiledFunction:
         if stance == "force_eager" or _tracing_state.is_tracing():  # inside another trace: inline it
             return self._fn(*args, **kwargs)
         L = self._bind(args, kwargs)
-        e = self._cache.lookup(L)
+        shape = ((len(args), tuple(kwargs)) if kwargs else len(args)) if self._shape_matters else 0
+        e = self._cache.lookup(L, shape)
         if e is not None:
             if e.fn is None:
                 return self._fn(*args, **kwargs)
@@ -146,7 +167,12 @@ class CompiledFunction:
     def _miss(self, L, args, kwargs, stance="default"):
         if self.entries:
             reasons = []
+            shape = self._call_shape(args[1:] if self._module is not None else args, kwargs)
             for e in self.entries[:_EXPLAINED]:  # the newest entries say why; a count for the rest
+                if e.call_shape != self._call_shape(args, kwargs):
+                    reasons.append(f"called with {_describe_call(shape)}; the entry was traced for a call with "
+                                   f"{_describe_call(_strip_self(e.call_shape, self._module))}")
+                    continue
                 reasons += e.guard_set.explain(L) or ["guards failed"]
             if len(self.entries) > _EXPLAINED:
                 reasons.append(f"... and {len(self.entries) - _EXPLAINED} older entries")
@@ -162,6 +188,11 @@ class CompiledFunction:
             if len(self.entries) >= config.recompile_limit:
                 return self._limit_hit(args, kwargs, reasons)
         return self._compile_and_run(L, args, kwargs)
+
+    def _call_shape(self, args, kwargs):
+        if not self._shape_matters:
+            return 0
+        return (len(args), tuple(kwargs)) if kwargs else len(args)
 
     def _limit_hit(self, args, kwargs, reasons):
         msg = (f"dynashape: {self.__name__} ({self._where()}) hit recompile_limit "
@@ -194,25 +225,51 @@ class CompiledFunction:
         policy = make_policy(self.dynamic, self.frame_state, L, why_dynamic)
         tracer = Tracer(env, graph, policy, capture_scalar_outputs=config.capture_scalar_outputs,
                         capture_dynamic_output_shape_ops=config.capture_dynamic_output_shape_ops)
-        modules = self._prepare(tracer, L)
+        state = PyState(tracer, self._globals, self._closure)
+        if self.dynamic is None and config.automatic_dynamic_shapes:
+            state.frame_state = self.frame_state
+        tracer.object_input = lambda v, src: (state.root(v, src), v)[1]
+        modules = self._prepare(tracer, L, state)
         grad = torch.is_grad_enabled()
         unspec: set = set()
         try:
             fake = {}
             for name, v in L.items():
-                if name == "self" and v is self._module and v is not None:
+                src = LocalSource(name)
+                if isinstance(v, torch.nn.Module):  # registered by _prepare; its state walked below
+                    if v is not self._module:
+                        tracer.value_inputs.append(ValueInput(src, v, "id"))
+                    fake[name] = v
+                elif type(v) in (list, dict):  # rebuilt with symbolic values; its changes are replayed
+                    fake[name] = tracer.wrap_input(v, src)
+                    state.copied(fake[name], src)
+                elif isinstance(v, (list, dict)) or _is_object(v):  # the real object: changes are replayed
+                    state.root(v, src)
                     fake[name] = v
                 else:
-                    fake[name] = tracer.wrap_input(v, LocalSource(name))
-            ba = inspect.BoundArguments(self._sig, fake)
+                    if isinstance(v, torch.Tensor):
+                        state.marks(v, src, _MARKS)
+                    fake[name] = tracer.wrap_input(v, src)
+                    if isinstance(v, tuple):
+                        state.copied(fake[name], src)
+            call_args, call_kwargs = self._call_args(fake, args, kwargs)
             with contextlib.ExitStack() as stack:
                 if config.allow_unspec_int_on_nn_module and modules:
                     unspec = stack.enter_context(symbolic_int_attributes(
                         tracer, modules, self.frame_state, self.dynamic is None and config.automatic_dynamic_shapes))
-                tracer.run(self._fn, ba.args, ba.kwargs)
+                state.skip_attrs = unspec
+                for src, m in modules:
+                    state.module(m, src)
+                state.snapshot()
+                try:
+                    with trace_environment() as environ_reads:
+                        tracer.run(self._fn, call_args, call_kwargs, finish=state.finish)
+                    state.environ(environ_reads)
+                finally:
+                    state.restore()  # nothing of the trace stays in the user's objects
         except (GraphBreak, DataDependentError) as e:
             torch._C._set_grad_enabled(grad)
-            return self._graph_break(e, tracer, env, modules, grad, args, kwargs)
+            return self._graph_break(e, tracer, env, modules, grad, args, kwargs, state)
         except DynashapeError as e:  # ours and meant for the user (a range that excludes the example...)
             torch._C._set_grad_enabled(grad)
             if _th.on: _th.emit("compile_failed", self, e)  # noqa: E701
@@ -220,14 +277,15 @@ class CompiledFunction:
         except Exception as e:  # the program failed, or we did: eager decides which
             torch._C._set_grad_enabled(grad)
             if _th.on: _th.emit("compile_failed", self, e)  # noqa: E701
-            return self._trace_failed(e, tracer, env, modules, grad, args, kwargs)
+            return self._trace_failed(e, tracer, env, modules, grad, args, kwargs, state)
         if _th.on: _th.emit("phase", "trace")  # noqa: E701
         env.raise_constraint_violations()
         guard_set = build_guards(tracer, env, globals_=self._globals, closure=self._closure,
-                                 modules=modules, grad_enabled=grad, symbolic_attributes=unspec)
+                                 modules=modules, grad_enabled=grad, symbolic_attributes=unspec,
+                                 state_guard=state.guard())
         if _th.on: _th.emit("phase", "guards")  # noqa: E701
-        fn = self.backend(graph)
-        entry = Entry(guard_set, graph, fn, env, why_dynamic)
+        fn = state.runner(self.backend(graph))
+        entry = Entry(guard_set, graph, fn, env, why_dynamic, self._call_shape(args, kwargs))
         if _th.on: _th.emit("compile_end", self, entry, tracer)  # noqa: E701
         self._cache.add(entry)
         self.stats.compiles += 1
@@ -239,7 +297,28 @@ class CompiledFunction:
             guard_log.info("guards of %s:\n%s", self.__name__, "\n".join(f"  {g}" for g in entry.guards))
         return fn(L)
 
-    def _prepare(self, tracer, L):
+    def _call_args(self, fake, args, kwargs):
+        """The traced values passed the way the user passed them: positionals stay positional,
+        keywords stay keywords, and defaults the user left out stay out (a decorator that adds
+        a keyword argument sees what eager sees)."""
+        n = len(args)
+        pos: list = []
+        kw: dict = {}
+        for p in self._sig.parameters.values():
+            if p.name not in fake:
+                continue
+            v = fake[p.name]
+            if p.kind is p.VAR_POSITIONAL:
+                pos.extend(v)
+            elif p.kind is p.VAR_KEYWORD:
+                kw.update(v)
+            elif p.name in kwargs:
+                kw[p.name] = v
+            elif p.kind is not p.KEYWORD_ONLY and len(pos) < n:
+                pos.append(v)
+        return pos, kw
+
+    def _prepare(self, tracer, L, state):
         """Sources for what the function reads besides its arguments: modules, globals, closures."""
         modules = []
         for name, v in L.items():
@@ -252,21 +331,35 @@ class CompiledFunction:
             v = self._globals.get(name, _MISSING)
             if v is _MISSING:
                 continue
-            _read_outer(tracer, v, GlobalSource(name), modules)
+            _read_outer(tracer, v, GlobalSource(name), modules, state)
             if isinstance(v, types.FunctionType) and v.__globals__ is self._globals:
                 for n in _global_names(v.__code__):  # a helper in the same module reads these too
                     if n not in seen:
                         seen.add(n)
                         names.append(n)
+        for root, attrs in self._chains:  # settings.SCALE, Cfg.scale: the attribute read, not the module
+            v = self._globals.get(root, _MISSING)
+            src = GlobalSource(root)
+            if _library(v):
+                continue
+            for a in attrs:
+                if not isinstance(v, (types.ModuleType, type)):
+                    break
+                v = getattr(v, a, _MISSING)
+                if v is _MISSING:
+                    break
+                src = AttrSource(src, a)
+                if not isinstance(v, (types.ModuleType, type)):
+                    _read_outer(tracer, v, src, modules, state)
         for i, (var, cell) in enumerate(zip(self._freevars, self._closure)):
             try:
                 v = cell.cell_contents
             except ValueError:
                 continue
-            _read_outer(tracer, v, ClosureSource(i, var), modules)
+            _read_outer(tracer, v, ClosureSource(i, var), modules, state)
         return modules
 
-    def _trace_failed(self, e, tracer, env, modules, grad, args, kwargs):
+    def _trace_failed(self, e, tracer, env, modules, grad, args, kwargs, state):
         """The trace raised. Eager decides: its error is the program's own (raised as eager raises
         it, type and message); if eager works, the failure was ours, and the call is a graph break
         that says so, never a crash."""
@@ -278,9 +371,9 @@ class CompiledFunction:
         why = GraphBreak(f"dynashape could not trace this call ({type(e).__name__}: {detail})",
                          getattr(tracer, "last_location", None),
                          "It ran eagerly and gave eager's result. Please report it with the program.")
-        return self._graph_break(why, tracer, env, modules, grad, args, kwargs, ran=(out,))
+        return self._graph_break(why, tracer, env, modules, grad, args, kwargs, state, ran=(out,))
 
-    def _graph_break(self, e, tracer, env, modules, grad, args, kwargs, ran=None):
+    def _graph_break(self, e, tracer, env, modules, grad, args, kwargs, state=None, ran=None):
         """`ran`: (result,) when the call already ran eagerly."""
         if _th.on: _th.emit("graph_break", self, e)  # noqa: E701
         if isinstance(e, DataDependentError):
@@ -295,25 +388,51 @@ class CompiledFunction:
         logging.getLogger("dynashape.graph_breaks").info("graph break in %s: %s", self.__name__, reason)
         try:
             guard_set = build_guards(tracer, env, globals_=self._globals, closure=self._closure,
-                                     modules=modules, grad_enabled=grad)
+                                     modules=modules, grad_enabled=grad,
+                                     state_guard=state.guard() if state is not None else None)
         except Exception:  # a trace that failed half-way may not describe its inputs: keep no entry
             if ran is None:
                 raise
             return ran[0]
-        self._cache.add(Entry(guard_set, None, None, env))
+        self._cache.add(Entry(guard_set, None, None, env, {}, self._call_shape(args, kwargs)))
         if _th.on: _th.emit("compile_end", self, self.entries[0], tracer)  # noqa: E701
         return ran[0] if ran is not None else self._fn(*args, **kwargs)
 
     @property
     def entries(self) -> list:
-        """The cache entries, newest first."""
+        """The cache entries, newest first (shared by every compile of the same code)."""
         return self._cache.entries
 
     def reset(self):
         self._cache.clear()
         self.stats = Stats()
-        self.frame_state = FrameState()
+        self.frame_state.__init__()
         self._warned_limit = self._fell_back = False
+
+
+class _SharedCache:
+    """What every CompiledFunction of one code object (same closure, same options) shares."""
+
+    def __init__(self, bound):
+        self.cache = EntryCache()
+        self.frame_state = FrameState()
+        self.bound = bound
+
+
+_SHARED: "weakref.WeakValueDictionary" = weakref.WeakValueDictionary()
+
+
+def _shared_cache(code_fn, closure, bound, dynamic, fullgraph, backend) -> _SharedCache:
+    code = getattr(code_fn, "__code__", None)
+    if code is None:
+        return _SharedCache(bound)
+    knobs = tuple(sorted((k, v) for k, v in config.knobs().items() if isinstance(v, (bool, int, float, str))))
+    key = (code, id(getattr(code_fn, "__globals__", None)), tuple(map(id, closure)), id(bound), dynamic,
+           fullgraph, backend if isinstance(backend, str) else id(backend), knobs)  # the config compiled under
+    shared = _SHARED.get(key)
+    if shared is None or shared.bound is not bound:
+        shared = _SHARED[key] = _SharedCache(bound)
+    return shared
 
 
 _MISSING = object()
@@ -340,21 +459,7 @@ def _sub(src, dotted: str):
     return AttrSource(src, dotted) if dotted else src
 
 
-_PRIMITIVE = (bool, int, float, str, type(None))
-
-
-def _plain(v) -> bool:
-    """Only primitives, possibly nested in lists, tuples, dicts and sets."""
-    if isinstance(v, _PRIMITIVE):
-        return True
-    if isinstance(v, (list, tuple, set, frozenset)):
-        return all(_plain(x) for x in v)
-    if isinstance(v, dict):
-        return all(isinstance(k, _PRIMITIVE) and _plain(x) for k, x in v.items())
-    return False
-
-
-def _read_outer(tracer, v, src, modules, depth=0):
+def _read_outer(tracer, v, src, modules, state):
     """What the traced code may read from a global or closure value, as guarded inputs."""
     if isinstance(v, torch.Tensor):
         tracer.lift_sources.setdefault(id(v), src)
@@ -363,34 +468,76 @@ def _read_outer(tracer, v, src, modules, depth=0):
         tracer.value_inputs.append(_ident(src, v))  # the same module object, then its state
         tracer.register_module(v, src)
         modules += [(_sub(src, n), m) for n, m in v.named_modules()]
-    elif _plain(v):  # a changed constant (or a mutated list of them) recompiles
-        tracer.value_inputs.append(_const(src, copy.deepcopy(v) if not isinstance(v, _PRIMITIVE) else v))
-    elif depth >= 2:
-        return
-    elif isinstance(v, (list, tuple)):  # e.g. a list of tensors: each element by its own source
-        tracer.value_inputs.append(ValueInput(src, type(v), "type", {"len": len(v)}))
-        for i, x in enumerate(v):
-            _read_outer(tracer, x, ItemSource(src, i), modules, depth + 1)
-    elif isinstance(v, dict):
-        tracer.value_inputs.append(ValueInput(src, type(v), "type", {"keys": tuple(v)}))
-        for k, x in v.items():
-            _read_outer(tracer, x, ItemSource(src, k), modules, depth + 1)
-    elif isinstance(v, (types.FunctionType, types.BuiltinFunctionType, type, types.ModuleType)):
-        if not isinstance(v, types.ModuleType):
-            tracer.value_inputs.append(_ident(src, v))  # a rebound helper function or class recompiles
-    elif hasattr(v, "__dict__") and not callable(v):  # a config object: identity and plain attributes
+    elif isinstance(v, (types.FunctionType, types.BuiltinFunctionType, type)):
+        tracer.value_inputs.append(_ident(src, v))  # a rebound helper function or class recompiles
+    elif isinstance(v, types.ModuleType):
+        return  # its attributes are guarded where they are read (see _attr_chains)
+    elif isinstance(v, functools.partial) or callable(v) and not _is_object(v):
         tracer.value_inputs.append(_ident(src, v))
-        for k, x in list(vars(v).items()):
-            if not k.startswith("_"):
-                _read_outer(tracer, x, AttrSource(src, k), modules, depth + 1)
+    else:  # constants, containers, config objects: walked, guarded, changes replayed
+        state.root(v, src)
+
+
+def _is_object(v) -> bool:
+    """A plain Python object whose attributes the trace may read (a config, a cache, a dataclass)."""
+    if isinstance(v, (torch.Tensor, torch.nn.Module, type, types.ModuleType, types.FunctionType,
+                      types.BuiltinFunctionType, types.MethodType, functools.partial)):
+        return False
+    if isinstance(v, (bool, int, float, str, bytes, type(None), tuple, torch.dtype, torch.device)):
+        return False
+    return hasattr(v, "__dict__")
+
+
+_LIBRARIES = frozenset(sys.stdlib_module_names) | {"torch", "numpy", "sympy", "dynashape", "transformers",
+                                                    "typing_extensions"}
+
+
+def _library(v) -> bool:
+    """A module or class of torch, the standard library and the like: its attributes are not guarded."""
+    name = v.__name__ if isinstance(v, types.ModuleType) else getattr(v, "__module__", None)
+    return isinstance(name, str) and name.split(".", 1)[0] in _LIBRARIES
+
+
+def _describe_call(shape) -> str:
+    if shape == 0:
+        return "any arguments"
+    n, kw = (shape, ()) if isinstance(shape, int) else shape
+    return f"{n} positional argument{'s' if n != 1 else ''}" + (f" and keywords {', '.join(kw)}" if kw else "")
+
+
+def _strip_self(shape, bound):
+    if bound is None or shape == 0:
+        return shape
+    return shape - 1 if isinstance(shape, int) else (shape[0] - 1, shape[1])
+
+
+def _attr_chains(code) -> tuple:
+    """`settings.SCALE`, `pkg.mod.Cfg.scale`: (global name, attribute names) as the code reads them."""
+    if code is None:
+        return ()
+    import dis
+    chains: dict = {}
+    todo = [code]
+    while todo:
+        c = todo.pop()
+        ins = list(dis.get_instructions(c))
+        for i, x in enumerate(ins):
+            if x.opname != "LOAD_GLOBAL":
+                continue
+            attrs = []
+            for y in ins[i + 1:]:
+                if y.opname in ("LOAD_ATTR", "LOAD_METHOD"):
+                    attrs.append(y.argval)
+                else:
+                    break
+            if attrs:
+                chains[(x.argval, tuple(attrs))] = None
+        todo += [k for k in c.co_consts if isinstance(k, types.CodeType)]
+    return tuple(chains)
 
 
 def _ident(src, v):
     return ValueInput(src, v, "id")
-
-
-def _const(src, v):
-    return ValueInput(src, v, "const")
 
 
 class CompiledModule(torch.nn.Module):
@@ -439,6 +586,9 @@ def compile(fn=None, *, dynamic=None, fullgraph=False, backend="eager"):
         return lambda f: compile(f, **opts)
     if isinstance(fn, torch.nn.Module):
         return CompiledModule(fn, **opts)
+    if isinstance(fn, types.MethodType) and not isinstance(fn.__self__, type):
+        # model.forward / obj.method: `self` is an argument of every call, so its state is guarded
+        return CompiledFunction(fn.__func__, bound_module=fn.__self__, **opts)
     if not callable(fn):
         raise TypeError(f"dynashape.compile takes a function or an nn.Module, got {type(fn).__name__}")
     try:

@@ -20,7 +20,7 @@ import torch
 
 from ..symbolic.shape_env import DimConstraint, DimDynamic
 from ..symbolic.ranges import ValueRanges
-from ..symbolic.sources import ItemSource, LocalSource, SizeSource, Source
+from ..symbolic.sources import AttrSource, ItemSource, LocalSource, SizeSource, Source
 from ..tracing.tracer import DimPolicy
 from .annotations import marks_of
 from .config import config
@@ -94,7 +94,8 @@ def _walk_value(v, src, depth=0):
     elif isinstance(v, bool):
         return
     elif isinstance(v, (int, float)):
-        yield src, v
+        if depth == 0 or not isinstance(src, AttrSource):  # an object's ints are guarded constants
+            yield src, v
     elif depth >= _MAX_DEPTH:
         return
     elif isinstance(v, (list, tuple)):
@@ -102,7 +103,19 @@ def _walk_value(v, src, depth=0):
             yield from _walk_value(x, ItemSource(src, i), depth + 1)
     elif isinstance(v, dict):
         for k, x in v.items():
-            yield from _walk_value(x, ItemSource(src, k), depth + 1)
+            if isinstance(k, (str, int)):
+                yield from _walk_value(x, ItemSource(src, k), depth + 1)
+    elif _plain_object(v):  # a cache or config object passed in: its tensors' sizes (as runtime/pystate.py names them)
+        for k, x in vars(v).items():
+            if isinstance(k, str) and not k.startswith("__") and isinstance(x, (torch.Tensor, list, tuple, dict)) \
+                    or _plain_object(x):
+                yield from _walk_value(x, AttrSource(src, k) if k.isidentifier()
+                                       else ItemSource(AttrSource(src, "__dict__"), k), depth + 1)
+
+
+def _plain_object(v) -> bool:
+    return (hasattr(v, "__dict__") and not isinstance(v, (torch.nn.Module, type, torch.Tensor))
+            and not callable(v) and not (type(v).__module__ or "").startswith("dynashape"))
 
 
 def _matcher(spec: str):

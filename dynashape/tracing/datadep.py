@@ -77,6 +77,16 @@ def nonzero(tr, func, args, kwargs):
                     desc=f"{_name(x)}.nonzero().size(0)")
 
 
+def where(tr, func, args, kwargs):
+    """`torch.where(cond)`, the one-argument form: `cond.nonzero(as_tuple=True)`."""
+    if len(args) != 1 or kwargs:
+        return NOT_MINE
+    x = args[0]
+    n = max(len(x.ds_sizes), 1)
+    return _size_op(tr, func, args, kwargs, numel=prod(x.ds_sizes), desc=f"torch.where({_name(x)})[0].size(0)",
+                    build=lambda u: (tuple(_meta([u], torch.long) for _ in range(n)), [(u,)] * n))
+
+
 def masked_select(tr, func, args, kwargs):
     x, mask = args[0], kwargs.get("mask", args[1] if len(args) > 1 else None)
     shape = broadcast(x.ds_sizes, mask.ds_sizes)
@@ -215,6 +225,7 @@ def tolist(tr, func, args, kwargs):
 
 HANDLERS = {
     torch.nonzero: nonzero, T.nonzero: nonzero, torch.argwhere: nonzero, T.argwhere: nonzero,
+    torch.where: where, T.where: where,
     torch.masked_select: masked_select, T.masked_select: masked_select,
     T.__getitem__: getitem, T.__setitem__: setitem,
     torch.unique: unique, T.unique: unique, torch._unique2: unique, torch._unique: unique,

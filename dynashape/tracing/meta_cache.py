@@ -86,7 +86,13 @@ def _build(spec, inputs):
 
 def call(func, args, kwargs):
     """`func(*args, **kwargs)` on meta tensors, through the cache when that is exact."""
-    if not _cacheable_op(func) or "out" in kwargs:
+    if not _cacheable_op(func) or "out" in kwargs or kwargs.get("inplace") is True:
+        if torch.is_grad_enabled() and any(isinstance(a, torch.Tensor) and a.requires_grad
+                                           for a in leaves((args, kwargs))):
+            # an in-place op: our meta tensors have no autograd history (they are leaves), so
+            # autograd would refuse what eager allows on an intermediate; the meta run only needs shapes
+            with torch.no_grad():
+                return func(*args, **kwargs)
         return func(*args, **kwargs)
     key = (func, torch.is_grad_enabled(), autocast_state(), _sig(args), _sig(tuple(sorted(kwargs.items()))))
     if _UNCACHEABLE in key[3:]:

@@ -58,6 +58,10 @@ class TracingMode(TorchFunctionMode):
     def __torch_function__(self, func, types_, args=(), kwargs=None):
         kwargs = kwargs or {}
         tr = self.tracer
+        if args and type(args[0]) is not FakeTensor and isinstance(args[0], torch.Tensor) and func not in _DATA_READS:
+            # a real tensor read from an object or a module (`cache.keys.numel()`): its symbolic input first,
+            # so metadata queries answer symbolically instead of specializing
+            args = (tr.lift(args[0]),) + tuple(args[1:])
         h = _META_QUERIES.get(func)
         if h is not None and args and isinstance(args[0], FakeTensor):
             return h(self, *args, **kwargs)

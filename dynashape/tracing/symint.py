@@ -41,15 +41,37 @@ def _math_fns():
     return out
 
 
+def _value(self):
+    """The example's value, with a guard (specialization), as eager would print it."""
+    if isinstance(self, symtypes.SymBool):
+        return bool(self)
+    return int(self) if isinstance(self, symtypes.SymInt) else float(self)
+
+
+def _from_dynashape() -> bool:
+    """Whether str()/format() was called by dynashape itself (or by logging, formatting our messages)."""
+    import sys
+    name = sys._getframe(2).f_globals.get("__name__", "") or ""
+    return name.startswith("dynashape") or name == "logging" or name.startswith("logging.")
+
+
 def _format(self, spec):
-    return format(int(self) if isinstance(self, symtypes.SymInt) else float(self), spec) if spec else str(self)
+    if _from_dynashape():  # our own messages and printing keep the symbolic text
+        return format(_value(self), spec) if spec else SymBase.__str__(self)
+    return format(_value(self), spec)
+
+
+def _str(self):
+    # str()/f-strings in user or library code give the number, as eager would (guarded: the text
+    # depends on the value); dynashape's own messages keep the symbolic `s0`
+    return SymBase.__str__(self) if _from_dynashape() else str(_value(self))
 
 
 _common = dict(
     __hash__=None,
     __format__=_format,
     __repr__=SymBase.__repr__,
-    __str__=SymBase.__str__,
+    __str__=_str,
     **_math_fns(),
 )
 

@@ -85,6 +85,7 @@ class Tracer:
         self.flag_reads: dict = {}  # "torch.get_...()" -> (getter, value read): guarded
         self._input_tensors: list = []  # (source, real tensor) of tensor inputs, in order
         self._offsets: dict[int, int] = {}  # id(input fake) -> the real tensor's storage offset
+        self.object_input = None  # fn(value, source) -> value: how other Python objects come in
 
     # ----------------------------------------------------------------- inputs
     def register_module(self, module: torch.nn.Module, source: Source) -> None:
@@ -135,6 +136,8 @@ class Tracer:
             self.value_inputs.append(ValueInput(source, value, "id"))
             self.register_module(value, source)
             return value
+        if self.object_input is not None:
+            return self.object_input(value, source)
         self.value_inputs.append(ValueInput(source, value, "id"))
         return value
 
@@ -224,13 +227,14 @@ class Tracer:
         return fake
 
     # ----------------------------------------------------------------- tracing
-    def run(self, fn, args, kwargs):
+    def run(self, fn, args, kwargs, finish=None):
+        """`finish(out)` -> the graph's output value (default: `to_ir(out)`)."""
         with tracing_scope(self), intercept_global_state(self), TracingMode(self):
             out = fn(*args, **kwargs)
         if self.mutates:
             self._refuse_shared_memory()
         self._emit_pending_asserts()
-        self.graph.output(self.to_ir(out))
+        self.graph.output(finish(out) if finish is not None else self.to_ir(out))
         self.graph.symbol_bounds = {s: (vr.lo, vr.hi) for s, vr in self.env.var_to_range.items()
                                     if s in self.env._unbacked}
         return out

@@ -258,3 +258,11 @@ def test_a_tensor_of_floats_from_tolist_keeps_a_float_dtype(dynamic):
         t = torch.tensor(y[:2].tolist())
         return torch.zeros(2, dtype=t.dtype), t * 2, torch.nn.functional.layer_norm(t, (2,))
     check_vs_eager(f, [(torch.randn(3),), (torch.randn(3),)], dynamic=dynamic)
+
+
+def test_one_argument_where_stays_in_the_graph_like_nonzero():
+    def where1(x):
+        return torch.where(x > 0)[0]
+
+    cf = check_vs_eager(where1, [(torch.randn(n),) for n in (5, 7, 9)], dynamic=None)
+    assert cf.stats.graph_breaks == [] and cf.stats.compiles >= 1

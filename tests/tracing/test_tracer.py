@@ -27,6 +27,7 @@ def test_ops_that_returned_their_input_on_the_example_are_replayed(fn, dynamic):
     check_vs_eager(fn, cases, dynamic=dynamic, allow_fallback=True)
 
 
+@pytest.mark.meta_device
 def test_to_another_device_is_recorded():
     cf = ds.compile(lambda x: x.to("meta"))
     assert cf(torch.ones(2)).device.type == "meta"

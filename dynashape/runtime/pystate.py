@@ -1,0 +1,538 @@
+"""The Python state a trace can read and change: guarded, restored, and replayed per call.
+
+The trace runs the user's Python for real, so it reads argument objects, module
+state and globals, and may change them (`self.cache = ...`, `layer.keys = cat(...)`,
+`acc.append(y)`). Before the trace we walk what it can reach from its roots (the
+arguments, the modules, the globals it names), giving every object a source
+(`L['cache'].layers[0]`):
+
+- guards: the types, lengths, keys and plain values met on the way (checked on
+  every call, not only after `Module.__setattr__`), tensors become inputs read
+  from their source;
+- snapshot: a shallow copy of every list, dict and object `__dict__` met;
+- after the trace, the difference from the snapshot is the trace's side effects:
+  they are turned into *effects* replayed with this call's values when the
+  compiled code runs, once, and the objects are restored to the snapshot, so no
+  FakeTensor or trace-time object stays behind (also when the trace fails).
+"""
+from __future__ import annotations
+
+import enum
+import types
+
+import torch
+
+from ..guards import module_epoch
+from ..symbolic.sources import AttrSource, ItemSource, Source
+from ..tracing.outputs import Template, build, builder
+
+_PLAIN = (bool, int, float, str, bytes, type(None), complex)
+_ATOMIC = (torch.dtype, torch.device, torch.layout, torch.memory_format, enum.Enum, torch.Size)
+_LIBRARIES = {"torch", "transformers", "builtins", "typing", "collections", "dataclasses", "enum", "abc",
+              "dynashape", "numpy", "functools", "types"}
+_MAX_DEPTH = 6
+_MAX_NODES = 4000
+
+
+def _plain(v) -> bool:
+    if isinstance(v, _PLAIN) or isinstance(v, _ATOMIC):
+        return True
+    if type(v) in (list, tuple, set, frozenset):
+        return all(_plain(x) for x in v)
+    if type(v) is dict:
+        return all(isinstance(k, _PLAIN) and _plain(x) for k, x in v.items())
+    return False
+
+
+def _key_ok(k) -> bool:
+    return isinstance(k, (str, int)) and not isinstance(k, bool)
+
+
+class PyState:
+    """Guards, snapshot and effects for the Python objects one trace can reach."""
+
+    def __init__(self, tracer, globals_=None, closure=()):
+        self.tracer = tracer
+        self.env = {"G": globals_ if globals_ is not None else {}, "C": closure or ()}
+        self.lines: list[str] = []  # the guard function's body
+        self.texts: list = []  # what check i says when it fails
+        self.listed: list[str] = []  # the checks shown in entry.guards
+        self.ns: dict = {}
+        self.containers: list = []  # (kind, obj, source): 'list', 'dict' or 'attrs' (an object's __dict__)
+        self._seen: dict = {}  # id -> source
+        self._var: dict = {}  # id -> variable in the guard function
+        self._keep: list = []
+        self.readers: dict = {}  # id -> fn(L) reading the object at run time
+        self.effects: list = []
+        self.out_spec = None
+        self.template: Template | None = None
+        self.module_targets = False
+        self.skip_attrs: set = set()  # (id(module), name) traced as SymInts: not guarded as constants
+        self._mod_plain: list = []  # (module __dict__, source, name, value): every module's plain attributes
+        self._mod_dicts: list = []  # (its _parameters/_buffers/_modules dict, source, name)
+        self._cells: list = []  # (closure cell, its int) holding a SymInt while tracing
+        self.frame_state = None  # automatic dynamic for closed-over ints (runtime.policy.FrameState)
+
+    # ------------------------------------------------------------ walking
+    def _const(self, v, hint="k") -> str:
+        name = f"_{hint}{len(self.ns)}"
+        self.ns[name] = v
+        return name
+
+    def _name(self, hint: str) -> str:
+        self._n = getattr(self, "_n", 0) + 1
+        return f"{hint}{self._n}_"
+
+    def _check(self, cond: str, text, listed: bool = True) -> None:
+        """`text` (or text(L)) says why it failed; `listed`: shown in entry.guards."""
+        self.lines.append(f"if not ({cond}): return {len(self.texts)}")
+        self.texts.append(text)
+        if listed:
+            self.listed.append(getattr(text, "text", text))
+
+    def _reader(self, src: Source):
+        return _Reader(src, self.env)
+
+    def root(self, v, src: Source) -> None:
+        """An argument or global the trace may read: guard and track what it reaches."""
+        var = self._name("v")
+        self.lines.append(f"{var} = {src.name()}")
+        self._visit(v, src, var, 0)
+
+    def copied(self, copy, src: Source) -> None:
+        """A list/dict argument the tracer rebuilt with symbolic values (ints may be dynamic): the
+        trace's changes to the copy are replayed on the caller's object, which an output reads back."""
+        if isinstance(copy, tuple):  # immutable itself; the lists and dicts in it are copies too
+            for i, x in enumerate(copy):
+                self.copied(x, ItemSource(src, i))
+            return
+        if type(copy) not in (list, dict) or id(copy) in self.readers:
+            return
+        self.readers[id(copy)] = self._reader(src)
+        self._keep.append(copy)
+        self.containers.append(("list" if type(copy) is list else "dict", copy, src))
+        items = enumerate(copy) if type(copy) is list else copy.items()
+        for k, x in items:
+            if isinstance(x, (list, dict, tuple)) and _key_ok(k):
+                self.copied(x, ItemSource(src, k))
+
+    def module(self, m: torch.nn.Module, src: Source) -> None:
+        """A module's own state (not its parameters, which are tensor inputs)."""
+        if id(m) in self._seen:
+            return
+        self._seen[id(m)] = src
+        self._keep.append(m)
+        self.readers[id(m)] = self._reader(src)
+        mv = self._const(m, "m")
+        self._var[id(m)] = mv
+        d = vars(m)
+        self.containers.append(("attrs", m, src))
+        for k in ("_parameters", "_buffers", "_modules"):
+            if isinstance(d.get(k), dict):
+                self.containers.append(("dict", d[k], AttrSource(src, k)))
+        for k in ("_parameters", "_buffers"):  # replaced without __setattr__: still seen
+            t = d.get(k)
+            if t:
+                self._mod_dicts.append((t, src, k))
+                self._keep.append(tuple(t.values()))
+        self._mod_plain.append((d, src, "training", m.training))
+        self._class_attrs(type(m), src)
+        self._attrs(m, src, mv, 1, module=True)
+
+    def _visit(self, v, src: Source, var: str, depth: int) -> None:
+        tr = self.tracer
+        if isinstance(v, torch.Tensor):
+            tr.lift_sources.setdefault(id(v), src)
+            tr._keep.append(v)
+            return
+        if isinstance(v, _PLAIN):
+            if v is None or isinstance(v, bool):
+                self._check(f"{var} is {v}", f"{src.pretty()} is {v}")
+            else:
+                self._check(f"type({var}) is {type(v).__name__} and {var} == {self._const(v)}",
+                            f"{src.pretty()} == {v!r}")
+            return
+        if isinstance(v, _ATOMIC):
+            self._check(f"{var} == {self._const(v)}", f"{src.pretty()} == {v!r}")
+            return
+        if isinstance(v, (type, types.ModuleType, types.BuiltinFunctionType)):
+            self._check(f"{var} is {self._const(v, 'o')}", f"{src.pretty()} is {getattr(v, '__name__', v)}")
+            return
+        first = self._seen.get(id(v))
+        if first is not None:  # met before on another path: the same object again
+            other = self._var.get(id(v))
+            if other is not None:
+                self._check(f"{var} is {other}", f"{src.pretty()} is {first.pretty()}")
+            return
+        if isinstance(v, torch.nn.Module):
+            self._check(f"{var} is {self._const(v, 'o')}", f"{src.pretty()} is the same module")
+            self.module(v, src)
+            return
+        self._seen[id(v)] = src
+        self._var[id(v)] = var
+        self._keep.append(v)
+        if len(self._seen) > _MAX_NODES or depth > _MAX_DEPTH:
+            self._check(f"{var} is {self._const(v, 'o')}", f"{src.pretty()} is the same object")
+            return
+        self.readers[id(v)] = self._reader(src)
+        t = self._const(type(v), "t")
+        if isinstance(v, (list, tuple)):
+            if type(v) is list:
+                self.containers.append(("list", v, src))
+            if _plain(v):
+                self._check(f"type({var}) is {t} and {var} == {self._const(list(v) if type(v) is list else v)}",
+                            f"{src.pretty()} == {v!r}")
+                return
+            self._check(f"type({var}) is {t} and len({var}) == {len(v)}",
+                        f"type({src.pretty()}) is {type(v).__name__} and len({src.pretty()}) == {len(v)}")
+            for i, x in enumerate(v):
+                self._child(x, ItemSource(src, i), f"{var}[{i}]", depth)
+            if vars_or_none(v):
+                self._attrs(v, src, var, depth)
+            return
+        if isinstance(v, dict):
+            if "__builtins__" in v and "__name__" in v:  # a module's globals: read through their own guards
+                self._check(f"{var} is {self._const(v, 'o')}", f"{src.pretty()} is the same namespace")
+                return
+            self.containers.append(("dict", v, src))
+            if _plain(v):
+                self._check(f"type({var}) is {t} and {var} == {self._const(dict(v))}", f"{src.pretty()} == {v!r}")
+                return
+            self._check(f"type({var}) is {t} and tuple({var}) == {self._const(tuple(v))}",
+                        f"type({src.pretty()}) is {type(v).__name__} and its keys are {tuple(v)!r}")
+            for k, x in v.items():
+                if _key_ok(k):
+                    self._child(x, ItemSource(src, k), f"{var}[{k!r}]", depth)
+            if vars_or_none(v):
+                self._attrs(v, src, var, depth)
+            return
+        if isinstance(v, (set, frozenset)):
+            self._check(f"{var} == {self._const(set(v))}", f"{src.pretty()} == {v!r}")
+            return
+        if isinstance(v, types.FunctionType):  # by code object and closure contents, not identity
+            self._check(f"type({var}) is {t} and {var}.__code__ is {self._const(v.__code__, 'code')}",
+                        f"{src.pretty()} is a function of {v.__qualname__}'s code")
+            for i, cell in enumerate(v.__closure__ or ()):
+                try:
+                    x = cell.cell_contents
+                except ValueError:
+                    continue
+                csrc = AttrSource(ItemSource(AttrSource(src, "__closure__"), i), "cell_contents")
+                if type(x) is int and self._int_cell(cell, x, csrc):
+                    continue
+                self._child(x, csrc, f"{var}.__closure__[{i}].cell_contents", depth)
+            return
+        if isinstance(v, types.MethodType):
+            self._check(f"type({var}) is {t} and {var}.__func__ is {self._const(v.__func__, 'o')}",
+                        f"{src.pretty()} is a bound {v.__func__.__qualname__}")
+            self._child(v.__self__, AttrSource(src, "__self__"), f"{var}.__self__", depth)
+            return
+        d = vars_or_none(v)
+        if d is None or callable(v) and not hasattr(type(v), "__dataclass_fields__") and _is_c_callable(v) \
+                or (type(v).__module__ or "").startswith("dynashape."):
+            self._check(f"{var} is {self._const(v, 'o')}", f"{src.pretty()} is the same {type(v).__name__}")
+            return
+        self._check(f"type({var}) is {t}", f"type({src.pretty()}) is {type(v).__qualname__}")
+        self._class_attrs(type(v), src)
+        self._attrs(v, src, var, depth)
+
+    def _int_cell(self, cell, x: int, src: Source) -> bool:
+        """A closed-over int of a function argument follows the int policy (automatic dynamic: a
+        new lambda closing over another value reuses one graph); True when it is handled here."""
+        if self.frame_state is not None:
+            self.frame_state.update_pairs([(src, x)])
+        value = self.tracer.wrap_input(x, src)  # guarded there: by value when static, by type when symbolic
+        if value is not x:
+            cell.cell_contents = value  # while tracing only: restore() puts the int back
+            self._cells.append((cell, x))
+        return True
+
+    def _class_attrs(self, cls, src: Source) -> None:
+        """Plain class attributes of the user's own classes (`self.use_cache_default` defined on the
+        class): read through the instance, changed on the class. Library classes are left out."""
+        for klass in cls.__mro__:
+            if id(klass) in self._seen or klass is object or (klass.__module__ or "").split(".")[0] in _LIBRARIES:
+                continue
+            self._seen[id(klass)] = src
+            self._keep.append(klass)
+            items = [(k, x) for k, x in vars(klass).items()
+                     if not k.startswith("__") and isinstance(x, _PLAIN)]
+            if items:
+                cd = self._const(vars(klass), "cd")
+                keys = tuple(k for k, _ in items)
+                vals = tuple(x for _, x in items)
+                self._check(f"tuple(map({cd}.get, {self._const(keys, 'ck')})) == {self._const(vals, 'cv')}",
+                            " and ".join(f"{klass.__qualname__}.{k} == {x!r}" for k, x in items))
+
+    def _child(self, x, src, expr, depth):
+        if isinstance(x, torch.Tensor):
+            self._visit(x, src, expr, depth + 1)
+            return
+        var = self._name("v")
+        self.lines.append(f"{var} = {expr}")
+        self._visit(x, src, var, depth + 1)
+
+    def _attrs(self, obj, src, var, depth, module=False):
+        """An object's __dict__: its keys, its plain values in one comparison, the rest one by one."""
+        d = vars(obj)
+        if not module:
+            self.containers.append(("attrs", obj, src))
+        dv = self._name("d")
+        if not module:
+            self.lines.append(f"{dv} = {var}.__dict__")
+        if not module:            self._check(f"{dv}.keys() == {self._const(set(d), 'keys')}",
+                        f"{src.pretty()} has the attributes {sorted(d)}")
+        plain, rest = [], []
+        for k, x in d.items():
+            if not _key_ok(k) or (module and (k.startswith("_") or k == "training" or (id(obj), k) in self.skip_attrs)):
+                continue
+            if k.startswith("__"):
+                continue
+            (plain if isinstance(x, _PLAIN) else rest).append((k, x))
+        if module:  # checked together with every other module's, in one comparison
+            self._mod_plain += [(d, src, k, x) for k, x in plain]
+            if any(not isinstance(x, torch.nn.Module) for _, x in rest):
+                self.lines.append(f"{dv} = {var}.__dict__")
+        elif plain:
+            get = ", ".join(f"{dv}[{k!r}]" for k, _ in plain)
+            tv = self._name("p")
+            self.lines.append(f"{tv} = ({get},)")
+            vals = tuple(x for _, x in plain)
+            self._check(f"{tv} == {self._const(vals, 'vals')} and tuple(map(type, {tv})) == "
+                        f"{self._const(tuple(map(type, vals)), 'types')}",
+                        _why_attrs(self._reader(src), src, plain))
+        for k, x in rest:
+            if module and isinstance(x, torch.nn.Module):
+                continue
+            self._child(x, AttrSource(src, k) if k.isidentifier() else ItemSource(AttrSource(src, "__dict__"), k),
+                        f"{dv}.get({k!r})" if module else f"{dv}[{k!r}]", depth)
+
+    def marks(self, t: torch.Tensor, src: Source, attr: str) -> None:
+        """A tensor argument's ds.mark_dynamic & co: marked later, it must recompile (not reuse a
+        static entry)."""
+        now = getattr(t, attr, None)
+        self._check(f"getattr({src.name()}, {attr!r}, None) == {self._const(now)}",
+                    f"the ds.mark_* annotations of {src.pretty()} are {now!r}", listed=False)
+
+    def environ(self, reads: dict) -> None:
+        """os.environ values the trace read (None: the variable was unset)."""
+        if reads:
+            import os
+            self.ns["_environ"] = os.environ
+            for k, v in reads.items():
+                self._check(f"_environ.get({k!r}) == {self._const(v)}", f"os.environ.get({k!r}) == {v!r}")
+
+    # ------------------------------------------------------------ the guard
+    def _module_checks(self) -> None:
+        """Every module's plain attributes, and the tensors and submodules its dicts hold, in two
+        comparisons (a per-module check costs more than the dicts' lookups)."""
+        if self._mod_plain:
+            self.ns["_get"] = dict.get
+            ds_ = self._const(tuple(d for d, *_ in self._mod_plain), "mds")
+            ks = self._const(tuple(k for _, _, k, _ in self._mod_plain), "mks")
+            vals = tuple(x for *_, x in self._mod_plain)
+            self.lines.insert(0, f"mp_ = tuple(map(_get, {ds_}, {ks}))")
+            self._check_first(f"mp_ == {self._const(vals, 'vals')} and tuple(map(type, mp_)) == "
+                              f"{self._const(tuple(map(type, vals)), 'types')}", _why_modules(self._mod_plain),
+                              "module attributes: " + " and ".join(f"{src.name()}.{k} == {x!r}"
+                                                                   for _, src, k, x in self._mod_plain))
+        if self._mod_dicts:
+            import itertools
+            dicts = tuple(t for t, _, _ in self._mod_dicts)
+            self.ns["_chain"], self.ns["_values"] = itertools.chain.from_iterable, dict.values
+            md = self._const(dicts, "mdicts")
+            members = tuple(v for t in dicts for v in t.values())
+            keys = tuple(k for t in dicts for k in t)
+            # tuple equality compares identical items by identity first: a replaced tensor falls to
+            # Tensor.__eq__, which raises in bool(), and a guard that raises fails
+            self._check_first(f"tuple(_chain(map(_values, {md}))) == {self._const(members, 'members')} and "
+                              f"tuple(_chain({md})) == {self._const(keys, 'keys')}",
+                              _why_dicts(self._mod_dicts), None)
+
+    def _check_first(self, cond, why, listed) -> None:
+        """A check at the top of the guard function (its index is appended: failures are found by index)."""
+        at = 1 if self.lines and self.lines[0].startswith("mp_ = ") else 0
+        self.lines.insert(at, f"if not ({cond}): return {len(self.texts)}")
+        self.texts.append(why)
+        if listed:
+            self.listed.append(listed)
+
+    def guard(self):
+        """(fn(L) -> None when the state matches, else the index of the failed check; texts)."""
+        self._module_checks()
+        if not self.lines:
+            return None
+        ns = dict(self.ns, **self.env, torch=torch)
+        src = "def state_guard(L):\n" + "".join(f"    {ln}\n" for ln in self.lines) + "    return None\n"
+        from ..ir.codegen import exec_source
+        exec_source(src, "state-guards", ns)
+        fn = ns["state_guard"]
+
+        def safe(L):  # a guard that cannot be evaluated fails, never raises
+            try:
+                return fn(L)
+            except Exception:
+                return -1
+        safe.source = src
+        safe.texts = self.texts
+        safe.listed = self.listed
+        return safe
+
+    # ------------------------------------------------------------ snapshot, effects, restore
+    def snapshot(self) -> None:
+        self._snap = [(kind, obj, src, _contents(kind, obj)) for kind, obj, src in self.containers]
+
+    def finish(self, out):
+        """Called at the end of the trace: the output and the side effects as one flat IR tuple."""
+        tmpl = Template(self.tracer, self.readers)
+        self.template = tmpl
+        self.out_spec = tmpl.of(out)
+        for kind, obj, src, before in self._snap:
+            now = _contents(kind, obj)
+            if kind == "list":
+                if len(now) != len(before) or any(a is not b for a, b in zip(now, before)):
+                    self.effects.append(("list", self.readers.get(id(obj)) or self._reader(src),
+                                         [tmpl.of(x) for x in now], None))
+                continue
+            sets = [(k, tmpl.of(x)) for k, x in now.items() if k not in before or before[k] is not x]
+            dels = [k for k in before if k not in now]
+            if sets or dels:
+                if isinstance(obj, torch.nn.Module) or (kind == "dict" and isinstance(src, AttrSource)
+                                                        and src.attr in ("_parameters", "_buffers", "_modules")):
+                    self.module_targets = True
+                self.effects.append((kind, self.readers.get(id(obj)) or self._reader(src), sets, dels))
+        return tuple(tmpl.flat)
+
+    def restore(self) -> None:
+        for cell, x in self._cells:
+            cell.cell_contents = x
+        for kind, obj, src, before in getattr(self, "_snap", ()):
+            now = _contents(kind, obj)
+            if kind == "list":
+                if len(now) != len(before) or any(a is not b for a, b in zip(now, before)):
+                    obj[:] = before
+                continue
+            target = vars(obj) if kind == "attrs" else obj
+            if now.keys() != before.keys() or any(before[k] is not x for k, x in now.items()):
+                for k in [k for k in now if k not in before]:
+                    del target[k]
+                for k, x in before.items():
+                    if now.get(k, _MISSING) is not x:
+                        target[k] = x
+
+    def runner(self, fn):
+        """fn(L) -> flat graph values becomes fn(L) -> the output, with the effects applied."""
+        out_spec, effects = self.out_spec, self.effects
+        if not effects:
+            build_out = builder(out_spec)
+            return _named(lambda L: build_out(fn(L), L), fn)
+        bump = self.module_targets
+
+        def run(L):
+            flat = fn(L)
+            memo: dict = {}
+            todo = []
+            for kind, read, sets, dels in effects:
+                target = read(L)
+                if kind == "list":
+                    todo.append((kind, target, [build(s, flat, L, memo) for s in sets], None))
+                else:
+                    todo.append((kind, target, [(k, build(s, flat, L, memo)) for k, s in sets], dels))
+            for kind, target, sets, dels in todo:
+                if kind == "list":
+                    target[:] = sets
+                    continue
+                d = vars(target) if kind == "attrs" else target
+                for k, v in sets:
+                    d[k] = v
+                for k in dels:
+                    d.pop(k, None)
+            if bump:
+                module_epoch.epoch[0] += 1
+            return build(out_spec, flat, L, memo)
+        return _named(run, fn)
+
+
+_MISSING = object()
+
+
+class _Reader:
+    """fn(L) reading a source at run time, compiled on first use (most are never read)."""
+
+    __slots__ = ("src", "env", "fn")
+
+    def __init__(self, src, env):
+        self.src, self.env, self.fn = src, env, None
+
+    def __call__(self, L):
+        if self.fn is None:
+            self.fn = eval(f"lambda L: {self.src.name()}", dict(self.env))
+        return self.fn(L)
+
+
+def _why_modules(items):
+    def why(L):
+        for d, src, k, x in items:
+            now = d.get(k, _MISSING)
+            if now is _MISSING:
+                return f"{src.name()}.{k} == {x!r} failed ({src.pretty()}.{k} is not set)"
+            if type(now) is not type(x) or now != x:
+                return f"{src.name()}.{k} == {x!r} failed ({src.pretty()}.{k} = {now!r})"
+        return "module attributes changed"
+    return why
+
+
+def _why_dicts(items):
+    saved = [(t, src, k, dict(t)) for t, src, k in items]
+
+    def why(L):
+        for t, src, k, before in saved:
+            if list(t) != list(before) or any(t[n] is not v for n, v in before.items()):
+                what = {"_parameters": "parameters", "_buffers": "buffers", "_modules": "submodules"}[k]
+                return f"the {what} of {src.pretty()} are not the same objects as when traced"
+        return "module members changed"
+    return why
+
+
+def _why_attrs(read, src, items):
+    """The failure reason of a batch of attribute checks: which attribute, and its value now."""
+    def why(L):
+        try:
+            d = vars(read(L))
+        except Exception as e:
+            return f"{src.name()} could not be read ({type(e).__name__})"
+        for k, x in items:
+            now = d.get(k, _MISSING)
+            if now is _MISSING:
+                return f"{src.name()}.{k} == {x!r} failed ({src.pretty()}.{k} is not set)"
+            if type(now) is not type(x) or now != x:
+                return f"{src.name()}.{k} == {x!r} failed ({src.pretty()}.{k} = {now!r})"
+        return f"the attributes of {src.pretty()} changed"
+    why.text = " and ".join(f"{src.name()}.{k} == {x!r}" for k, x in items)
+    return why
+
+
+def _named(run, fn):
+    run.source = getattr(fn, "source", "")
+    run.graph_fn = fn
+    return run
+
+
+def _contents(kind, obj):
+    if kind == "list":
+        return list(obj)
+    if kind == "attrs":
+        return dict(vars(obj))
+    return dict(obj)
+
+
+def vars_or_none(v):
+    try:
+        return vars(v)
+    except TypeError:
+        return None
+
+
+def _is_c_callable(v) -> bool:
+    """A callable object implemented in C or by a library (a torch op, a functools.partial)."""
+    return not hasattr(type(v), "__call__") or type(v).__module__ in ("builtins", "functools")

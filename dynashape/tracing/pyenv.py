@@ -1,0 +1,161 @@
+"""Python functions whose answer must differ inside a trace, patched while one runs.
+
+- `torch.compiler.is_compiling()` is True in the tracing thread, so libraries
+  (transformers' mask construction) take the paths they take under a compiler.
+- `isinstance(n, int)` is True for a symbolic int met in user or library code
+  (as under torch.compile: the value *is* an int at run time, and any branch on
+  its value adds a guard); `type(n) is int` stays False. dynashape's own code
+  keeps the plain answer.
+- `random`, `time` and `numpy.random` calls from user code are graph breaks:
+  their value would otherwise be baked into the graph as a constant.
+- `os.environ` reads are recorded; the compiled entry guards them.
+
+Every patch answers differently only in the thread that traces, and is undone
+when the outermost trace ends.
+"""
+from __future__ import annotations
+
+import builtins
+import contextlib
+import os
+import sys
+import threading
+
+import torch
+
+from ..symbolic.userloc import user_location
+from .errors import GraphBreak
+from .symint import SymBool, SymFloat, SymInt
+
+_lock = threading.Lock()
+_threads: dict = {}  # thread id -> depth of traces running in it
+_env_reads: list = []  # one dict per running trace: os.environ key -> value read (None: absent)
+_saved: list = []
+_orig_isinstance = builtins.isinstance
+_PYTYPE = {SymInt: int, SymFloat: float, SymBool: bool}
+_OURS = ("dynashape", "logging", "threading", "random", "importlib", "linecache", "traceback", "warnings",
+         "inspect", "dis", "sympy")
+
+
+_LIBS = _OURS + ("torch", "os", "_collections_abc", "posixpath", "genericpath", "sysconfig", "site")
+
+
+def _caller_is_ours(depth: int = 2) -> bool:
+    name = sys._getframe(depth).f_globals.get("__name__", "") or ""
+    return name.split(".", 1)[0] in _OURS
+
+
+def _caller_is_user() -> bool:
+    """Whether the nearest caller outside os/collections is the user's code (not torch's, not ours,
+    not an import running)."""
+    f = sys._getframe(2)
+    first = None
+    while f is not None:
+        name = (f.f_globals.get("__name__", "") or "").split(".", 1)[0]
+        if name == "importlib":
+            return False  # a module being imported
+        if first is None and name not in ("os", "collections", "_collections_abc"):
+            first = name
+            if first in _LIBS:
+                return False
+        f = f.f_back
+    return first is not None
+
+
+def _isinstance(obj, cls):
+    pytype = _PYTYPE.get(type(obj))
+    if pytype is None:
+        return _orig_isinstance(obj, cls)
+    if _orig_isinstance(obj, cls):
+        return True
+    if threading.get_ident() not in _threads or _caller_is_ours():
+        return False
+    try:
+        return issubclass(pytype, cls)
+    except TypeError:
+        return False
+
+
+def _compiling(orig):
+    def is_compiling() -> bool:
+        return threading.get_ident() in _threads or orig()
+    is_compiling.__wrapped__ = orig
+    is_compiling._dynashape = True
+    return is_compiling
+
+
+def _breaking(owner_name, name, orig):
+    def fn(*args, **kwargs):
+        if threading.get_ident() in _threads and _caller_is_user():
+            raise GraphBreak(f"{owner_name}.{name}() inside the compiled function (its value would be baked "
+                             f"into the graph)", user_location(),
+                             "What to do: call it outside the compiled function and pass the value in, "
+                             "or use torch's random functions (torch.rand), which run at run time.")
+        return orig(*args, **kwargs)
+    fn.__wrapped__ = orig
+    fn._dynashape = True
+    return fn
+
+
+def _env_getitem(orig):
+    def __getitem__(self, key):
+        try:
+            value = orig(self, key)
+        except KeyError:
+            if threading.get_ident() in _threads and _env_reads and _caller_is_user():
+                    _env_reads[-1].setdefault(key, None)
+            raise
+        if threading.get_ident() in _threads and _env_reads and _caller_is_user():
+            _env_reads[-1].setdefault(key, value)
+        return value
+    __getitem__._dynashape = True
+    return __getitem__
+
+
+_RANDOM = ("random", "uniform", "randint", "randrange", "choice", "choices", "shuffle", "sample", "gauss",
+           "normalvariate", "betavariate", "expovariate", "getrandbits")
+_TIME = ("time", "time_ns", "perf_counter", "perf_counter_ns", "monotonic", "monotonic_ns", "process_time")
+_NP_RANDOM = ("rand", "randn", "random", "randint", "uniform", "normal", "choice", "shuffle", "permutation",
+              "random_sample", "seed")
+
+
+def _patches():
+    import random
+    import time
+    out = [(torch.compiler, "is_compiling", _compiling(torch.compiler.is_compiling)),
+           (builtins, "isinstance", _isinstance),
+           (os._Environ, "__getitem__", _env_getitem(os._Environ.__getitem__))]
+    out += [(random, n, _breaking("random", n, getattr(random, n))) for n in _RANDOM if hasattr(random, n)]
+    out += [(time, n, _breaking("time", n, getattr(time, n))) for n in _TIME if hasattr(time, n)]
+    np = sys.modules.get("numpy")
+    if np is not None:
+        out += [(np.random, n, _breaking("numpy.random", n, getattr(np.random, n)))
+                for n in _NP_RANDOM if hasattr(np.random, n)]
+    return out
+
+
+@contextlib.contextmanager
+def trace_environment():
+    """Install the patches (once, for the outermost trace of any thread); yields the dict of
+    os.environ reads of this trace."""
+    me = threading.get_ident()
+    reads: dict = {}
+    with _lock:
+        if not _threads:
+            for owner, name, fn in _patches():
+                _saved.append((owner, name, owner.__dict__.get(name, getattr(owner, name))))
+                setattr(owner, name, fn)
+        _threads[me] = _threads.get(me, 0) + 1
+        _env_reads.append(reads)
+    try:
+        yield reads
+    finally:
+        with _lock:
+            del _env_reads[next(i for i, r in enumerate(_env_reads) if r is reads)]
+            _threads[me] -= 1
+            if not _threads[me]:
+                del _threads[me]
+            if not _threads:
+                for owner, name, fn in reversed(_saved):
+                    setattr(owner, name, fn)
+                _saved.clear()

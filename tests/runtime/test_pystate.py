@@ -1,0 +1,420 @@
+"""What a trace reads and changes in Python: guarded, restored after the trace, replayed once per call
+(runtime/pystate.py). Oracle: the compiled function against eager, on the state and the result."""
+import dataclasses
+import functools
+import os
+import random
+import types
+
+import pytest
+import torch
+
+import dynashape as ds
+from dynashape.tracing.fake import FakeTensor
+
+
+@pytest.fixture(autouse=True)
+def _fresh():
+    ds.reset()
+    yield
+
+
+def _real(t):
+    return type(t) is torch.Tensor and t.device.type != "meta"
+
+
+# ---------------------------------------------------------------- side effects, once, at run time
+class Counter(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(3, 3)
+        self.last = None
+        self.history = []
+
+    def forward(self, x):
+        y = self.lin(x)
+        self.last = y  # an attribute assignment
+        self.history.append(y.sum())  # a list attribute mutated in place
+        return y
+
+
+def test_module_attribute_and_list_mutations_are_replayed_once_per_call_with_real_values():
+    m = Counter()
+    cm = ds.compile(m)
+    xs = [torch.randn(2, 3) for _ in range(3)]
+    outs = [cm(x) for x in xs]
+    assert len(m.history) == 3 and all(_real(h) for h in m.history)
+    assert torch.equal(m.last, outs[-1]) and _real(m.last)
+    for h, x in zip(m.history, xs):
+        torch.testing.assert_close(h, m.lin(x).sum())
+    # (the list's length is guarded, as the trace may have iterated over it: a list that grows every
+    # call recompiles every call)
+
+
+def test_a_passed_in_object_is_updated_like_eager_every_call():
+    class Cache:
+        def __init__(self):
+            self.keys = None
+
+    def step(x, cache):
+        cache.keys = x if cache.keys is None else torch.cat([cache.keys, x], 1)
+        return cache.keys.sum(1)
+
+    eager, comp = Cache(), Cache()
+    cf = ds.compile(step)
+    for _ in range(5):
+        x = torch.randn(2, 1, 4)
+        torch.testing.assert_close(cf(x, comp), step(x, eager))
+        torch.testing.assert_close(comp.keys, eager.keys)
+    assert cf.stats.compiles <= 3 and cf.stats.graph_breaks == []
+
+
+def test_dict_argument_mutation_is_replayed():
+    def f(x, d):
+        d["y"] = x * 2
+        d.pop("gone", None)
+        return x + 1
+
+    cf = ds.compile(f)
+    d = {"gone": 1}
+    cf(torch.ones(2), d)
+    assert set(d) == {"y"} and torch.equal(d["y"], torch.full((2,), 2.0))
+    d2 = {"gone": 1}
+    cf(torch.ones(2) * 3, d2)
+    assert torch.equal(d2["y"], torch.full((2,), 6.0))
+
+
+def test_a_global_list_appended_to_is_appended_once_per_call():
+    cf = ds.compile(_append_global)
+    LOG.clear()
+    cf(torch.ones(1))
+    cf(torch.ones(1) * 2)
+    assert len(LOG) == 2 and [t.item() for t in LOG] == [2.0, 3.0]
+
+
+LOG: list = []
+
+
+def _append_global(x):
+    LOG.append(x + 1)
+    return x
+
+
+# ---------------------------------------------------------------- restored after the trace
+class Anchors(torch.nn.Module):  # torchvision AnchorGenerator, reduced
+    def __init__(self):
+        super().__init__()
+        self.cell_anchors = [torch.arange(4.0)]
+
+    def forward(self, x, branch=False):
+        self.cell_anchors = [a.to(dtype=x.dtype) for a in self.cell_anchors]
+        out = x + self.cell_anchors[0]
+        if branch and out.sum() > 0:  # data-dependent: a graph break, the call runs eagerly
+            return out
+        return -out
+
+
+@pytest.mark.parametrize("branch", [False, True])
+def test_module_state_is_restored_after_a_trace_that_breaks_or_succeeds(branch):
+    m = Anchors()
+    want = m(torch.ones(4), branch)
+    cm = ds.compile(m)
+    got = cm(torch.ones(4), branch)
+    assert torch.equal(got, want)
+    assert _real(m.cell_anchors[0])
+    assert torch.equal(m(torch.ones(4), branch), want)
+    assert (len(cm.stats.graph_breaks) == 1) == branch
+
+
+def test_state_is_restored_after_a_trace_that_raises():
+    class Bad(torch.nn.Module):
+        def forward(self, x):
+            self.tmp = x * 2
+            raise ValueError("the program's own error")
+
+    m = Bad()
+    with pytest.raises(ValueError, match="the program's own error"):
+        ds.compile(m)(torch.ones(2))
+    # the error is eager's own (the call ran eagerly to raise it): the module is as eager leaves it,
+    # with a real tensor, nothing of the trace
+    assert type(m.tmp) is torch.Tensor and torch.equal(m.tmp, torch.ones(2) * 2)
+
+
+# ---------------------------------------------------------------- everything read is guarded
+class State(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.scale = 2.0
+        self.pads = [1, 1]
+        self.cfg = types.SimpleNamespace(k=2.0)
+        self.opts = {"k": 2.0}
+        self.register_buffer("b", torch.zeros(1))
+
+    def forward(self, x):
+        return torch.nn.functional.pad(x, self.pads) * self.scale * self.cfg.k * self.opts["k"] + self.b
+
+
+@pytest.mark.parametrize("change", [
+    lambda m: m.pads.__setitem__(0, 3), lambda m: m.pads.extend([2, 2]),
+    lambda m: m.__dict__.__setitem__("scale", 3.0), lambda m: setattr(m.cfg, "k", 5.0),
+    lambda m: m.opts.__setitem__("k", 7.0), lambda m: m._buffers.__setitem__("b", torch.ones(1)),
+], ids=["list item", "list grows", "__dict__ write", "sub-object", "dict attribute", "_buffers"])
+def test_module_state_changed_without_setattr_is_seen(change):
+    m = State()
+    cm = ds.compile(m)
+    x = torch.ones(2, 3)
+    cm(x)
+    change(m)
+    want = m(x)
+    got = cm(x)
+    assert got.shape == want.shape and torch.equal(got, want)
+    assert cm.stats.compiles == 2 and cm.stats.recompile_reasons
+
+
+@dataclasses.dataclass
+class Cfg:
+    scale: float = 2.0
+    flip: bool = False
+
+
+def test_a_mutated_dataclass_argument_recompiles_and_an_equal_new_one_does_not():
+    def f(x, cfg):
+        y = x * cfg.scale
+        return y.flip(0) if cfg.flip else y
+
+    cf = ds.compile(f)
+    cfg, x = Cfg(), torch.arange(3.0)
+    cf(x, cfg)
+    cf(x, Cfg())  # another object with the same state: same graph
+    assert cf.stats.compiles == 1
+    cfg.scale, cfg.flip = 10.0, True
+    assert torch.equal(cf(x, cfg), f(x, cfg))
+    assert cf.stats.compiles == 2
+
+
+def test_bound_methods_guard_their_self():
+    class M(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.scale = 2.0
+
+        def forward(self, x):
+            return x * self.scale
+
+    class Obj:
+        k = None
+
+        def __init__(self):
+            self.k = 2.0
+
+        def fn(self, x):
+            return x * self.k
+
+    m, o = M(), Obj()
+    cm, co = ds.compile(m.forward), ds.compile(o.fn)
+    cm(torch.ones(2)), co(torch.ones(2))
+    m.scale, o.k = 5.0, 7.0
+    assert cm(torch.ones(2)).tolist() == [5.0, 5.0]
+    assert co(torch.ones(2)).tolist() == [7.0, 7.0]
+
+
+def test_compile_as_a_method_decorator_binds_self():
+    class M(torch.nn.Module):
+        def __init__(self, k):
+            super().__init__()
+            self.k = k
+
+        @ds.compile
+        def forward(self, x):
+            return x * self.k
+
+    a, b = M(2.0), M(3.0)
+    assert a(torch.ones(1)).item() == 2.0 and b(torch.ones(1)).item() == 3.0
+    a.k = 4.0
+    assert a(torch.ones(1)).item() == 4.0
+    assert type(M.__dict__["forward"]).__name__ == "CompiledFunction"
+
+
+def test_a_decorated_forward_is_called_the_way_the_user_called_it():
+    def add_kwarg(func):
+        @functools.wraps(func)
+        def wrapper(self, *args, **kwargs):
+            if kwargs.get("use_cache") is None:
+                kwargs["use_cache"] = False
+            return func(self, *args, **kwargs)
+        return wrapper
+
+    class Model(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(4, 4)
+
+        @add_kwarg
+        def forward(self, x, mask=None, use_cache=None):
+            return self.lin(x) + (1 if use_cache else 0)
+
+    m = Model()
+    x = torch.randn(2, 4)
+    cm = ds.compile(m)
+    assert torch.equal(cm(x), m(x))
+    assert torch.equal(cm(x, None), m(x, None))
+    assert torch.equal(cm(x, use_cache=True), m(x, use_cache=True))
+
+
+G = 2.0
+
+
+def _read_partial(x, k):
+    return x * k * G
+
+
+def test_module_class_and_partial_globals_are_guarded():
+    import tests.runtime.test_pystate as here
+    cf = ds.compile(functools.partial(_read_partial, k=1.0))
+    assert cf(torch.ones(1)).item() == 2.0
+    here.G = 5.0
+    try:
+        assert cf(torch.ones(1)).item() == 5.0
+    finally:
+        here.G = 2.0
+    cls = ds.compile(_read_class_attr)
+    assert cls(torch.ones(1)).item() == 2.0
+    Cfg.scale = 6.0
+    try:
+        assert cls(torch.ones(1)).item() == 6.0
+    finally:
+        Cfg.scale = 2.0
+
+
+def _read_class_attr(x):
+    return x * Cfg.scale
+
+
+def test_os_environ_reads_are_guarded():
+    def f(x):
+        return x * float(os.environ.get("DS_TEST_SCALE", "1"))
+
+    cf = ds.compile(f)
+    assert cf(torch.ones(1)).item() == 1.0
+    os.environ["DS_TEST_SCALE"] = "3"
+    try:
+        assert cf(torch.ones(1)).item() == 3.0
+    finally:
+        del os.environ["DS_TEST_SCALE"]
+    assert cf.stats.compiles == 2
+
+
+def test_random_in_the_function_is_a_graph_break_not_a_constant():
+    def f(x):
+        return x * random.uniform(0, 1)
+
+    cf = ds.compile(f)
+    random.seed(0)
+    a = cf(torch.ones(1)).item()
+    b = cf(torch.ones(1)).item()
+    assert a != b
+    assert "random.uniform()" in cf.stats.graph_breaks[0] and "test_pystate.py" in cf.stats.graph_breaks[0]
+
+
+def test_a_closure_argument_is_guarded_by_code_and_contents_not_identity():
+    def make(k):
+        return lambda x: x * k
+
+    def apply(fn, x):
+        return fn(x)
+
+    cf = ds.compile(apply)
+    assert cf(make(2.0), torch.ones(1)).item() == 2.0
+    assert cf(make(2.0), torch.ones(1)).item() == 2.0  # a new closure, same code and contents: no recompile
+    assert cf.stats.compiles == 1
+    assert cf(make(3.0), torch.ones(1)).item() == 3.0
+    assert cf.stats.compiles == 2
+
+
+# ---------------------------------------------------------------- one cache per code object
+def _double(x):
+    return x * 2
+
+
+def test_compiling_the_same_function_twice_shares_the_cache():
+    for _ in range(3):
+        cf = ds.compile(_double)
+        cf(torch.ones(3))
+    assert len(cf.entries) == 1
+
+
+def test_a_newly_marked_dynamic_dim_recompiles_instead_of_reusing_a_static_entry():
+    cf = ds.compile(_double)
+    cf(torch.ones(3))
+    x = torch.ones(3)
+    ds.mark_dynamic(x, 0)
+    cf(x)
+    assert len(cf.entries) == 2 and "L['x'].size()[0]" in cf.entries[0].dynamic_sources
+
+
+def test_no_fake_tensor_is_left_in_arguments_modules_or_globals():
+    m = Counter()
+    cm = ds.compile(m)
+    cm(torch.randn(2, 3))
+    for v in list(vars(m).values()) + m.history + [LOG]:
+        assert not isinstance(v, FakeTensor)
+
+
+def test_a_closed_over_int_of_a_function_argument_becomes_dynamic_instead_of_recompiling():
+    def apply(fn, x):
+        return fn(x)
+
+    cf = ds.compile(apply)
+    for k in (2, 3, 4, 5, 7):
+        g = (lambda kk: (lambda x: x * kk + x.shape[0] % kk))(k)
+        assert torch.equal(cf(g, torch.ones(3)), g(torch.ones(3)))
+    assert cf.stats.compiles == 2
+    assert "type(L['fn'].__closure__[0].cell_contents) is int" in cf.entries[0].guards
+
+
+def test_a_class_attribute_read_through_self_is_guarded():
+    class M(torch.nn.Module):
+        scale = 2.0
+
+        def forward(self, x):
+            return x * self.scale
+
+    m = M()
+    cm = ds.compile(m)
+    assert cm(torch.ones(1)).item() == 2.0
+    M.scale = 3.0
+    assert cm(torch.ones(1)).item() == 3.0
+
+
+def test_a_decorated_function_recompiles_when_called_another_way_and_says_so():
+    def default_scale(func):
+        @functools.wraps(func)
+        def wrapper(x, *args, **kwargs):
+            kwargs.setdefault("scale", 2.0)  # sees only what was passed by keyword
+            return func(x, *args, **kwargs)
+        return wrapper
+
+    @default_scale
+    def f(x, scale=None):
+        return x * scale
+
+    cf = ds.compile(f)
+    assert cf(torch.ones(1)).item() == 2.0
+    assert cf(torch.ones(1), scale=3.0).item() == 3.0
+    assert "keywords scale" in cf.stats.recompile_reasons[0]
+
+    plain = ds.compile(_double)
+    plain(torch.ones(2))
+    plain(x=torch.ones(2))  # a plain function: how it is called does not matter
+    assert len(plain.entries) == 1
+
+
+def test_a_list_inside_a_tuple_argument_is_mutated_like_eager():
+    def f(x, pair):
+        pair[1].append(x * 2)
+        return x + 1
+
+    cf = ds.compile(f)
+    acc = []
+    cf(torch.ones(1), (0, acc))
+    assert len(acc) == 1 and _real(acc[0]) and acc[0].item() == 2.0
