@@ -26,9 +26,12 @@ _DEFAULTS: dict[str, tuple[type, object]] = {
     "pgo_dir": (str, ""),
     "pgo_remote": (str, ""),
     "enable_compiler_collectives": (bool, False),
+    "fused_sync": (bool, False),  # backend="fused": wait for the C++ compiler instead of running eagerly meanwhile
+    "fused_cache_dir": (str, ""),  # compiled kernels; default <pgo_dir>/kernels
 }
 _ENV = {"dynamic_sources": "DYNASHAPE_DYNAMIC_SOURCES", "unbacked_sources": "DYNASHAPE_UNBACKED_SOURCES",
-        "job_id": "DYNASHAPE_JOB_ID", "pgo_remote": "DYNASHAPE_PGO_REMOTE", "pgo_dir": "DYNASHAPE_CACHE_DIR"}
+        "job_id": "DYNASHAPE_JOB_ID", "pgo_remote": "DYNASHAPE_PGO_REMOTE", "pgo_dir": "DYNASHAPE_CACHE_DIR",
+        "fused_cache_dir": "DYNASHAPE_FUSED_CACHE_DIR"}
 
 
 class Config:
