@@ -34,6 +34,8 @@ def cexpr(e) -> str:
         return f"({text})"
     if isinstance(e, sympy.Pow) and e.exp.is_Integer and e.exp > 0:
         return "(" + "*".join([cexpr(e.base)] * int(e.exp)) + ")"
+    if isinstance(e, sympy.Pow):  # a float scalar such as `d ** -0.5`
+        return f"std::pow((double){cexpr(e.base)}, (double){cexpr(e.exp)})"
     if isinstance(e, FloorDiv):
         return f"ds_floordiv({cexpr(e.args[0])}, {cexpr(e.args[1])})"
     if isinstance(e, Mod):

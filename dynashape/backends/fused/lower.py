@@ -10,7 +10,7 @@ of torch calls.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import sympy
 import torch
@@ -32,6 +32,7 @@ class Region:
     n_inner: int  # trailing dims iterated by the inner loop (reduced dims, or the last dim)
     inputs: list  # graph nodes read from outside (tensors), in argument order
     outputs: list  # member nodes whose values are used outside
+    aliases: list = field(default_factory=list)  # member views used outside: re-run as torch calls after
 
     @property
     def k(self) -> int:

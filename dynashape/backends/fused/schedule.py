@@ -81,6 +81,11 @@ def _broadcasts(s: tuple, D: tuple) -> bool:
     return all(_one(a) or a == b for a, b in zip(s, tail))
 
 
+def _is_alias(m: Node) -> bool:
+    fam = ops.family(m)
+    return fam == "view" or (fam == "identity" and ops.op_name(m.target) != "clone")
+
+
 def schedule(g: Graph) -> list[Region]:
     pos = {n: i for i, n in enumerate(g.nodes)}
     epoch, ep = 0, {}
@@ -145,15 +150,29 @@ def finalize(nodes: list, bound: set) -> Region | None:
     if len(computing) < 2:
         return None
     inside = set(nodes)
-    outputs = [m for m in nodes if any(u not in inside for u in m.users)]
+    used_outside = [m for m in nodes if any(u not in inside for u in m.users)]
+    if not used_outside:
+        return None
+    # a view/identity used outside is re-run as a torch call on what it views (the region's output
+    # or an input): eager returns an alias there, so must we
+    aliases = [m for m in used_outside if _is_alias(m)]
+    outputs = [m for m in used_outside if not _is_alias(m)]
+    todo = list(aliases)
+    while todo:
+        for u in ops.tensor_args(todo.pop()):
+            if u in inside and _is_alias(u) and u not in aliases:
+                aliases.append(u)
+                todo.append(u)
+            elif u in inside and not _is_alias(u) and u not in outputs:
+                outputs.append(u)
+    order = {m: i for i, m in enumerate(nodes)}
+    outputs.sort(key=order.__getitem__)
+    aliases.sort(key=order.__getitem__)
     if not outputs:
         return None
     k = len(D) - n_inner
     reduced = any(ops.family(m) in ("reduce", "composite") for m in nodes)
     for m in outputs:
-        fam = ops.family(m)
-        if fam == "view" or (fam == "identity" and ops.op_name(m.target) != "clone"):
-            return None  # eager returns an alias; a fresh tensor would not be one
         s = tuple(m.meta.shape)
         if not (s == D or (not s and D == (1,)) or (reduced and s in (D[:k] + (1,) * n_inner, D[:k]))):
             return None
@@ -168,4 +187,4 @@ def finalize(nodes: list, bound: set) -> Region | None:
             syms |= sympy.sympify(s).free_symbols
     if not syms <= bound:
         return None
-    return Region(nodes, D, n_inner, inputs, outputs)
+    return Region(nodes, D, n_inner, inputs, outputs, aliases)
