@@ -151,6 +151,9 @@ class _Body:
             return f"(({_f(n.dtype)}){cexpr(n.key[0])})"
         if n.kind == "reduce":
             return f"red{n.id}"
+        if (n.key[0] == "div" and n.inner and not n.args[1].inner and n.dtype.is_floating_point):
+            inv = self.g.ir.op("reciprocal", (n.args[1],), n.dtype)  # one division per row
+            return f"({self.name(n.args[0])} * {self.name(inv)})"
         a = [self.name(x) for x in n.args]
         return _op(n, a)
 
@@ -297,9 +300,10 @@ class CppGen:
             for r in reds:
                 arg = r.args[0]
                 kind = r.key[0]
+                flt = r.dtype.is_floating_point
                 acc_t = "double" if (kind == "sum" and r.dtype == torch.float32) else _f(r.dtype)
-                init = {"sum": "0", "max": "-INFINITY" if r.dtype.is_floating_point else "INT64_MIN",
-                        "min": "INFINITY" if r.dtype.is_floating_point else "INT64_MAX"}[kind]
+                init = {"sum": "0", "max": "-INFINITY" if flt else "INT64_MIN", "shift": "-INFINITY",
+                        "min": "INFINITY" if flt else "INT64_MAX"}[kind]
                 if r.dtype == torch.bool:
                     init = {"sum": "false", "max": "false", "min": "true"}[kind]
                 accs.append((r, acc_t, init))
@@ -307,10 +311,10 @@ class CppGen:
                 if kind == "sum":
                     b.lines.append(f"acc{r.id} += ({acc_t}){v};")
                 else:
-                    op = ">" if kind == "max" else "<"
+                    op = "<" if kind == "min" else ">"
                     b.lines.append(f"acc{r.id} = (acc{r.id} {op} {v}) ? acc{r.id} : {v};")
-                    if r.dtype.is_floating_point:
-                        b.lines.append(f"nan{r.id} |= ({v} != {v});")
+                    if kind != "shift" and flt:  # an int lane counter vectorizes; a bool flag does not
+                        b.lines.append(f"nan{r.id} += ({v} != {v});")
             if is_final:
                 for i, n in self.full:
                     v = b.name(n)
@@ -320,19 +324,19 @@ class CppGen:
             out += row_stmts
             for r, acc_t, init in accs:
                 out.append(f"{acc_t} acc{r.id} = {init};")
-                if r.key[0] != "sum" and r.dtype.is_floating_point:
-                    out.append(f"bool nan{r.id} = false;")
+                if r.key[0] in ("max", "min") and r.dtype.is_floating_point:
+                    out.append(f"int32_t nan{r.id} = 0;")
             clauses = []
             for r, acc_t, _ in accs:
-                clauses.append(f"reduction(+:acc{r.id})" if r.key[0] == "sum" else
-                               f"reduction({r.key[0]}:acc{r.id})")
-                if r.key[0] != "sum" and r.dtype.is_floating_point:
-                    clauses.append(f"reduction(|:nan{r.id})")
+                red = {"sum": "+", "shift": "max"}.get(r.key[0], r.key[0])
+                clauses.append(f"reduction({red}:acc{r.id})")
+                if r.key[0] in ("max", "min") and r.dtype.is_floating_point:
+                    clauses.append(f"reduction(+:nan{r.id})")
             out += self._loops(inner_dims, b.lines, " ".join(clauses))
             b.stored |= b.stored_now
             for r, acc_t, _ in accs:
                 val = f"(({_f(r.dtype)})acc{r.id})"
-                if r.key[0] != "sum" and r.dtype.is_floating_point:
+                if r.key[0] in ("max", "min") and r.dtype.is_floating_point:
                     val = f"(nan{r.id} ? NAN : {val})"
                 out.append(f"const {_f(r.dtype)} red{r.id} = {val};")
         pre_row = len(b.row)

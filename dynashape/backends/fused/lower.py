@@ -266,7 +266,7 @@ class Lowerer:
         if name in ("amax", "amin"):
             return ir.reduce("max" if name == "amax" else "min", a, dt)
         if name == "logsumexp":
-            m = ir.reduce("max", a, dt)
+            m = ir.reduce("shift", a, dt)  # a NaN reaches the result through the sum
             mm = ir.op("finite_or_zero", (m,), dt)
             s = ir.reduce("sum", ir.op("exp", (ir.op("sub", (a, mm), dt),), dt), dt)
             return ir.op("add", (ir.op("log", (s,), dt), mm), dt)
@@ -299,7 +299,7 @@ class Lowerer:
         full = self.cast(self.value(x, self.ir.vars), dt)
         here = self.cast(self.value(x, idx), dt)
         if name in ("softmax", "log_softmax"):
-            m = ir.reduce("max", full, dt)
+            m = ir.reduce("shift", full, dt)  # a NaN in the row reaches every output through the sum
             s = ir.reduce("sum", ir.op("exp", (ir.op("sub", (full, m), dt),), dt), dt)
             if name == "softmax":
                 return ir.op("div", (ir.op("exp", (ir.op("sub", (here, m), dt),), dt), s), dt)

@@ -136,3 +136,12 @@ def test_scalar_tensors_and_symbolic_scalars():
     def f(x, s):
         return (x * x.size(1) + s).relu() * (x.size(0) + 0.5)
     check_fused(f, [(torch.randn(a, b), torch.tensor(2.0)) for a, b in [(3, 4), (6, 9)]])
+
+
+def test_nans_propagate_through_reductions_like_eager():
+    def f(x):
+        return x.amax(-1), x.amin(-1, keepdim=True) * 2, (x * 2).softmax(-1), torch.logsumexp(x + 1, -1)
+    x = torch.randn(4, 9)
+    x[1, 3] = float("nan")
+    x[2, :] = float("-inf")
+    check_fused(f, [(x,)], equal_nan=True)
