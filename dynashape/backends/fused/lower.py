@@ -167,6 +167,8 @@ class Lowerer:
         if name in ops.COMPARE:
             cdt = self.common_dtype([a0, ops.arg(n, 1, "other")])
             return ir.op(name, (A(a0, cdt), A(ops.arg(n, 1, "other"), cdt)), torch.bool)
+        if name in ("logical_and", "logical_or", "logical_not") and n.meta.dtype != torch.bool:
+            raise Unfusable("bitwise op on integers")
         if name in ("logical_and", "logical_or"):
             return ir.op(name, (A(a0, torch.bool), A(n.args[1], torch.bool)), torch.bool)
         if name == "logical_not":

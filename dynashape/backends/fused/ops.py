@@ -143,6 +143,8 @@ def family(n: Node) -> str | None:
             pass
         elif len(n.args) > 1 or n.kwargs:
             return None
+        if n.meta.dtype == ins[0].meta.dtype:
+            return "identity"  # eager returns the tensor itself
         return "pointwise"
     if name in REDUCE:
         if n.kwargs.get("dtype") is not None or n.kwargs.get("out") is not None:

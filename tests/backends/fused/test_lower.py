@@ -145,3 +145,12 @@ def test_nans_propagate_through_reductions_like_eager():
     x[1, 3] = float("nan")
     x[2, :] = float("-inf")
     check_fused(f, [(x,)], equal_nan=True)
+
+
+def test_bitwise_ops_on_integers_and_same_dtype_casts_keep_eager_semantics():
+    def f(x, i):
+        y = x * 2
+        return (i & 6) + 1, (i | 1) * 2, y.float(), (y + 1).exp()
+    x, i = torch.randn(4, 5), torch.randint(0, 9, (4, 5))
+    cf = check_fused(f, [(x, i)])
+    assert cf(x, i)[2] is not None
