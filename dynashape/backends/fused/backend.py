@@ -24,6 +24,7 @@ from ...runtime.config import config
 from ...runtime.registry import register_backend
 from ...symbolic.printer import pyexpr
 from . import build
+from . import ops
 from .cppgen import CppGen
 from .lower import Lowerer, Region, Unfusable
 from .schedule import schedule
@@ -106,7 +107,9 @@ class RegionRuntime:
         D, k = region.domain, region.k
         for o in region.outputs:
             s = tuple(o.meta.shape)
-            if s == tuple(D) or not s:
+            if ops.family(o) == "xent":  # per-row losses; the wrapper reduces them
+                outs.append((o, lw.value(o, lw.ir.vars[:1]), "row"))
+            elif s == tuple(D) or not s:
                 outs.append((o, lw.value(o, lw.ir.vars[len(lw.ir.vars) - len(s):] if s else ()), "full"))
             else:
                 row_idx = lw.ir.vars[:k] + (0,) * (len(s) - k)
@@ -143,20 +146,35 @@ class RegionRuntime:
             lines.append(f"    if _grad_on() and ({cond}):")
             lines.append(f"        return _autograd(_rt, {params})")
         outs = []
+        epilogue = []
         for j, o in enumerate(r.outputs):
-            shape = ", ".join(pyexpr(s) if not isinstance(s, int) else str(s) for s in o.meta.shape)
-            shape = f"({shape},)" if len(o.meta.shape) == 1 else f"({shape})"
+            dims = list(o.meta.shape)
+            if ops.family(o) == "xent":
+                dims = [r.domain[0]]
+                red, ii = ops.arg(o, 6, "reduction", "mean"), ops.arg(o, 4, "ignore_index", -100)
+                if red == "sum":
+                    epilogue.append(f"    out{j} = out{j}.sum()")
+                elif red == "mean":
+                    epilogue.append(f"    out{j} = out{j}.sum() / (a1 != {ii}).sum()")
+                # NaN: a NaN logit, or a target out of range: let torch give its result or its error
+                epilogue.append(f"    if out{j}.isnan().any():")
+                epilogue.append(f"        return _fallback(_rt, ({', '.join(ins)},), "
+                                f"{{{', '.join(repr(x) + ': ' + x for x in syms)}}})")
+            shape = ", ".join(pyexpr(s) if not isinstance(s, int) else str(s) for s in dims)
+            shape = f"({shape},)" if len(dims) == 1 else f"({shape})"
             lines.append(f"    out{j} = _empty({shape}, dtype={o.meta.dtype})")
             outs.append(f"out{j}")
         ptrs = [f"{a}.data_ptr()" for a in ins] + [f"{o}.data_ptr()" for o in outs]
         ints = [s.name for s in self.spec.symbols] + [f"*{a}.stride()" for a in ins]
         lines.append(f"    _kernel({', '.join(ptrs + ints + ['_nthreads()'])})")
+        lines += epilogue
         lines.append(f"    return {', '.join(outs)}" + ("," if len(outs) > 1 else ""))
         if len(outs) > 1:
             lines[-1] = f"    return ({', '.join(outs)})"
         src = "\n".join(lines) + "\n"
         ns = {"torch": torch, "_empty": torch.empty, "_kernel": self.kernel, "_nthreads": torch.get_num_threads,
-              "_grad_on": torch.is_grad_enabled, "_autograd": _autograd, "_rt": self}
+              "_grad_on": torch.is_grad_enabled, "_autograd": _autograd, "_rt": self,
+              "_fallback": _fallback}
         exec_source(src, "fused-region", ns)
         fn = ns[self.name]
         fn.source = src
@@ -209,6 +227,11 @@ class _RegionFunction(torch.autograd.Function):
                    if pairs and diff else [None] * len(diff))
         res = [next(got) if x.requires_grad else None for x in xs]
         return (None, *res, *([None] * len(ctx.syms)))
+
+
+def _fallback(rt, tensors, symvals):
+    outs = rt.replay(list(tensors), symvals)
+    return outs if len(outs) > 1 else outs[0]
 
 
 def _autograd(rt, *args):

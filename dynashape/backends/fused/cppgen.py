@@ -145,6 +145,19 @@ class _Body:
             if sdt == torch.bfloat16:
                 return f"ds_bf2f({ref})"
             return ref if _CTYPE[sdt] == _f(n.dtype) else f"(({_f(n.dtype)}){ref})"
+        if n.kind == "gather":
+            buf, idx, dim, size = n.key
+            shape = g.region.inputs[buf].meta.shape
+            strides = _c_strides(shape) if self.contig else [sympy.Symbol(f"st{buf}_{d}") for d in range(len(shape))]
+            off = sum((i * st for d, (i, st) in enumerate(zip(idx, strides)) if d != dim), sympy.Integer(0))
+            t = self.name(n.args[0])
+            ref = f"in{buf}[{cexpr(off)} + {t} * {cexpr(strides[dim])}]"
+            sdt = g.region.inputs[buf].meta.dtype
+            if sdt == torch.float16:
+                ref = f"ds_h2f({ref})"
+            elif sdt == torch.bfloat16:
+                ref = f"ds_bf2f({ref})"
+            return f"(({t}) >= 0 && ({t}) < {cexpr(size)} ? ({_f(n.dtype)}){ref} : ({_f(n.dtype)})NAN)"
         if n.kind == "const":
             return _lit(n.key[0], n.dtype)
         if n.kind == "sym":
@@ -379,9 +392,11 @@ class CppGen:
         for n in self.ir.order:
             if n.kind == "sym":
                 syms |= n.key[0].free_symbols
-            if n.kind == "load":
+            if n.kind in ("load", "gather"):
                 for e in n.key[1]:
                     syms |= e.free_symbols
+            if n.kind == "gather":
+                syms |= n.key[3].free_symbols
         syms -= set(self.ir.vars)
         symbols = sorted(syms, key=lambda s: s.name)
         params = [f"const void* p{i}" for i in range(len(r.inputs))]

@@ -48,8 +48,8 @@ class IR:
         k = (kind, key, dtype, tuple(a.id for a in args))
         n = self.nodes.get(k)
         if n is None:
-            if kind == "load":
-                inner = any(bool(e.free_symbols & self.inner_vars) for e in key[1])
+            if kind in ("load", "gather"):
+                inner = any(bool(e.free_symbols & self.inner_vars) for e in key[1]) or any(a.inner for a in args)
             elif kind == "reduce":
                 inner = False  # one value per row
             else:
@@ -70,6 +70,10 @@ class IR:
 
     def op(self, name: str, args, dtype, *extra) -> Node:
         return self.make("op", (name,) + extra, dtype, args)
+
+    def gather(self, buf: int, index: tuple, dim: int, size, at: Node, dtype) -> Node:
+        """buf[index] with component `dim` replaced by the value `at` (NaN when out of [0, size))."""
+        return self.make("gather", (buf, tuple(sympy.sympify(i) for i in index), dim, sympy.sympify(size)), dtype, (at,))
 
     def reduce(self, kind: str, arg: Node, dtype) -> Node:
         assert kind in ("sum", "max", "min", "shift"), kind  # shift: a max whose NaNs need not show

@@ -291,6 +291,22 @@ class Lowerer:
         ss = ir.reduce("sum", ir.op("mul", (d, d), dt), dt)
         return ir.op("div", (ss, ir.sym(self.count() - corr, dt)), dt)
 
+    def _xent(self, n, idx):
+        """The loss of row idx[0] (the wrapper sums or averages the rows)."""
+        x, t = n.args[0], ops.arg(n, 1, "target")
+        ii = ops.arg(n, 4, "ignore_index", -100)
+        ir = self.ir
+        dt = compute_dtype(x.meta.dtype)
+        i0 = self.ir.vars[0]
+        full = self.cast(self.value(x, self.ir.vars), dt)
+        m = ir.reduce("shift", full, dt)
+        s = ir.reduce("sum", ir.op("exp", (ir.op("sub", (full, m), dt),), dt), dt)
+        lse = ir.op("add", (ir.op("log", (s,), dt), m), dt)
+        tv = self.value(t, (i0,))
+        picked = ir.gather(self.buf[x], (i0, 0), 1, x.meta.shape[1], tv, dt)
+        valid = ir.op("ne", (tv, ir.const(ii, torch.int64)), torch.bool)
+        return ir.op("where", (valid, ir.op("sub", (lse, picked), dt), ir.const(0.0, dt)), dt)
+
     def _composite(self, n, idx):
         name = ops.op_name(n.target)
         x, dims, _ = ops.reduce_dims(n)

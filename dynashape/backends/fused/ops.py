@@ -29,6 +29,7 @@ OTHER_POINTWISE = {"where", "clamp", "clamp_min", "clamp_max", "masked_fill", "l
 COMPARE = {"eq", "ne", "lt", "le", "gt", "ge"}
 REDUCE = {"sum", "mean", "amax", "amin", "var", "std", "logsumexp"}
 COMPOSITE = {"softmax", "log_softmax", "layer_norm", "rms_norm"}
+XENT = {"cross_entropy"}  # one pass over the logits: logsumexp minus the target's logit, per row
 VIEW = {"view", "reshape", "permute", "transpose", "t", "unsqueeze", "squeeze", "expand", "flatten",
         "unflatten", "expand_as", "view_as", "reshape_as", "movedim"}
 IDENTITY = {"contiguous", "clone", "dropout", "detach"}
@@ -48,7 +49,7 @@ _OWNERS = (torch, torch.Tensor, torch._C.TensorBase, F, torch.special, torch._C.
 
 
 def _table() -> dict:
-    names = (UNARY | BINARY | OTHER_POINTWISE | REDUCE | COMPOSITE | VIEW | IDENTITY | set(CASTS)) - {"cast"}
+    names = (UNARY | BINARY | OTHER_POINTWISE | REDUCE | COMPOSITE | XENT | VIEW | IDENTITY | set(CASTS)) - {"cast"}
     table: dict = {}
     for owner in _OWNERS:
         for name in list(names) + list(_ALIASES):
@@ -118,6 +119,8 @@ def family(n: Node) -> str | None:
         return None
     if "out" in n.kwargs or n.kwargs.get("inplace"):
         return None
+    if name in XENT:
+        return "xent" if _xent_ok(n) else None
     if name in VIEW:
         return "view"
     if name in IDENTITY:
@@ -166,6 +169,18 @@ def family(n: Node) -> str | None:
         if not (is_tensor(a) or is_scalar(a) or a is None or isinstance(a, str)):
             return None
     return "pointwise"
+
+
+def _xent_ok(n: Node) -> bool:
+    x, t = n.args[0] if n.args else None, arg(n, 1, "target")
+    if not (is_tensor(x) and is_tensor(t) and len(x.meta.shape) == 2 and len(t.meta.shape) == 1):
+        return False
+    if x.meta.dtype not in FLOATS or t.meta.dtype != torch.int64:
+        return False
+    if arg(n, 2, "weight") is not None or arg(n, 3, "size_average") is not None or arg(n, 5, "reduce") is not None:
+        return False
+    return arg(n, 6, "reduction", "mean") in ("mean", "sum", "none") and arg(n, 7, "label_smoothing", 0.0) == 0.0 \
+        and isinstance(arg(n, 4, "ignore_index", -100), int)
 
 
 def _is_functional(n: Node) -> bool:

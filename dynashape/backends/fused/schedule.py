@@ -98,6 +98,10 @@ def schedule(g: Graph) -> list[Region]:
         ep[n] = epoch
         if n.kind != "call" or ops.family(n) is None:
             continue
+        if ops.family(n) == "xent":  # a region of its own; its scalar result feeds nothing fused
+            members[next_id] = [n]
+            next_id += 1
+            continue
         cands = []
         for u in ops.tensor_args(n):
             r = region_of.get(u)
@@ -142,6 +146,11 @@ def _ok(nodes: list, last: Node, pos: dict, ep: dict) -> bool:
 
 def finalize(nodes: list, bound: set) -> Region | None:
     """The region of these members, or None when the cost model or the loop model says no."""
+    if len(nodes) == 1 and ops.family(nodes[0]) == "xent":
+        x, t = nodes[0].args[0], ops.arg(nodes[0], 1, "target")
+        if not (sympy.sympify(x.meta.shape[0]).free_symbols | sympy.sympify(x.meta.shape[1]).free_symbols) <= bound:
+            return None
+        return Region(nodes, tuple(x.meta.shape), 1, [x, t], [nodes[0]])
     got = analyze(nodes)
     if got is None:
         return None

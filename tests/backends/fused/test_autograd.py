@@ -43,3 +43,10 @@ def test_no_grad_runs_the_kernel_and_returns_no_graph():
         out = cf(x, w, b)
     assert not out.requires_grad and cf.entries[0].fn.fused
     torch.testing.assert_close(out, chain(x, w, b).detach())
+
+
+def test_cross_entropy_gradients_match_eager():
+    def f(x, t):
+        return F.cross_entropy(x * 2, t)
+    cases = [(torch.randn(n, c, requires_grad=True), torch.randint(0, c, (n,))) for n, c in [(3, 5), (7, 40)]]
+    check_fused(f, cases, grad=True)

@@ -154,3 +154,23 @@ def test_bitwise_ops_on_integers_and_same_dtype_casts_keep_eager_semantics():
     x, i = torch.randn(4, 5), torch.randint(0, 9, (4, 5))
     cf = check_fused(f, [(x, i)])
     assert cf(x, i)[2] is not None
+
+
+def test_cross_entropy_is_one_pass_over_the_logits():
+    def f(x, t):
+        return (F.cross_entropy(x, t), F.cross_entropy(x * 2, t, reduction="sum"),
+                F.cross_entropy(x, t, reduction="none", ignore_index=1))
+    cases = []
+    for n, c in [(3, 5), (8, 70), (5, 1000)]:
+        t = torch.randint(0, c, (n,))
+        t[0] = 1
+        cases.append((torch.randn(n, c), t))
+    cf = check_fused(f, cases)
+    assert any("cross_entropy" in r[-1] for r in regions(cf))
+
+
+def test_cross_entropy_with_a_bad_target_raises_torchs_error():
+    import dynashape as ds
+    cf = ds.compile(lambda x, t: F.cross_entropy(x, t), dynamic=True, backend="fused")
+    with pytest.raises(IndexError, match="out of bounds"):
+        cf(torch.randn(4, 6), torch.tensor([0, 1, 9, 2]))
