@@ -3,8 +3,9 @@
 Contestants, side by side in one run under `torch.no_grad()`: eager; ours with the eager
 backend (the replay code); ours with `backend="fused"`; `torch.compile` (Inductor, default
 options) with `dynamic=True`. Steady state: after warm-up (ours with `fused_sync=True`, so the
-kernels are in), REPEATS rounds of N_INNER calls per contestant in a rotating order, the
-median per call. At 1 and 2 threads (`torch.set_num_threads`; Inductor recompiled per count).
+kernels are in), about BUDGET_S seconds of calls interleaved one by one in a rotating order
+(every contestant sees the same background load: the machine is shared), the median per
+call. At 1 and 2 threads (`torch.set_num_threads`; Inductor recompiled per count).
 
 Workloads (issue 12): the pointwise chain `gelu(x*w+b)*sigmoid(x)` normalised by its mean/std
 over the last dim (64x4096); `layer_norm(x).relu() + x` (256x1024); softmax attention
@@ -12,8 +13,9 @@ over the last dim (64x4096); `layer_norm(x).relu() + x` (256x1024); softmax atte
 MLP (Llama style); a GELU MLP; cross-entropy over a vocab of 32k; optionally a tiny HF GPT-2.
 
 Varying shapes: 60 calls of the pointwise chain and of the transformer block with batch and
-sequence drawn at random, total wall time from a cold start (every compile included; ours
-with its default tiering, i.e. the first calls run the replay while the kernels compile).
+sequence drawn at random, total wall time from a cold start (every compile included, no
+kernel loaded or on disk; ours with its default tiering, i.e. the first calls run the replay
+while the kernels compile, and with `fused_sync=True`, i.e. waiting for g++).
 Then a second process with the same kernel cache runs every workload and prints how many
 times it ran the C++ compiler (target 0), and the pointwise chain's achieved GB/s is printed
 next to this machine's measured copy bandwidth.
