@@ -212,13 +212,15 @@ def sequences(threads: int, inductor: bool):
                 fused.wait()
                 if sync is not None:
                     res["_cxx" + key] = fused.counters["compiles"] - before
-        if inductor:
+        if inductor:  # cold as well: no FX-graph/kernel cache from the steady-state runs above
+            import torch._inductor.config as ind_config
             torch._dynamo.reset()
-            t0 = time.perf_counter()
-            f = torch.compile(fn, dynamic=True)
-            for a in seq:
-                f(*a)
-            res["inductor"] = time.perf_counter() - t0
+            with ind_config.patch(force_disable_caches=True):
+                t0 = time.perf_counter()
+                f = torch.compile(fn, dynamic=True)
+                for a in seq:
+                    f(*a)
+                res["inductor"] = time.perf_counter() - t0
         rows.append((label, res))
     return rows
 
@@ -265,6 +267,7 @@ def main():
     ap.add_argument("--threads", default="1,2")
     ap.add_argument("--no-inductor", action="store_true")
     ap.add_argument("--no-sequences", action="store_true")
+    ap.add_argument("--no-steady", action="store_true")
     ap.add_argument("--hf", action="store_true")
     ap.add_argument("--only", default="", help="run the workloads whose name contains this text")
     opts = ap.parse_args()
@@ -275,6 +278,8 @@ def main():
     with torch.no_grad():
         for th in [int(t) for t in opts.threads.split(",")]:
             torch.set_num_threads(th)
+            if opts.no_steady:
+                opts.only = "\0"  # no workload name contains it
             print(f"\n## steady state, {th} thread(s): median ms per call (ratios to eager)")
             print("| workload | eager ms | ours replay | ours fused | inductor | fused/eager | fused/inductor | regions |")
             print("|---|---|---|---|---|---|---|---|")

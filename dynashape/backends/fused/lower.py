@@ -9,7 +9,6 @@ of torch calls.
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 import sympy
@@ -378,5 +377,3 @@ def _reshape_index(src: tuple, out: tuple, idx: tuple) -> tuple:
         res.append(q if d == 0 else Mod(q, s))
     return tuple(res)
 
-
-_ = math

@@ -157,8 +157,7 @@ def family(n: Node) -> str | None:
         return "reduce"
     if name in COMPOSITE:
         if name in ("softmax", "log_softmax"):
-            if arg(n, 2 if _is_functional(n) else 2, "dtype") not in (None, n.meta.dtype) or \
-                    arg(n, 1, "dim") is None:
+            if arg(n, 2, "dtype") not in (None, n.meta.dtype) or arg(n, 1, "dim") is None:
                 return None
         return "composite"
     if name == "div" and arg(n, 2, "rounding_mode") is not None:
@@ -181,10 +180,6 @@ def _xent_ok(n: Node) -> bool:
         return False
     return arg(n, 6, "reduction", "mean") in ("mean", "sum", "none") and arg(n, 7, "label_smoothing", 0.0) == 0.0 \
         and isinstance(arg(n, 4, "ignore_index", -100), int)
-
-
-def _is_functional(n: Node) -> bool:
-    return getattr(n.target, "__module__", "") == "torch.nn.functional"
 
 
 def reduce_dims(n: Node):
