@@ -141,6 +141,10 @@ class RegionRuntime:
         params = ", ".join(ins + syms)
         grad_ins = [a for a, t in zip(ins, r.inputs) if t.meta.dtype.is_floating_point]
         lines = [f"def {self.name}({params}):"]
+        symdict = "{" + ", ".join(f"{x!r}: {x}" for x in syms) + "}"
+        # the kernels read host memory: anything else (a tensor moved to a device) runs as torch calls
+        lines.append(f"    if not ({' and '.join(f'{a}.is_cpu' for a in ins)}):")
+        lines.append(f"        return _fallback(_rt, ({', '.join(ins)},), {symdict})")
         if grad_ins:
             cond = " or ".join(f"{a}.requires_grad" for a in grad_ins)
             lines.append(f"    if _grad_on() and ({cond}):")
@@ -158,8 +162,7 @@ class RegionRuntime:
                     epilogue.append(f"    out{j} = out{j}.sum() / (a1 != {ii}).sum()")
                 # NaN: a NaN logit, or a target out of range: let torch give its result or its error
                 epilogue.append(f"    if out{j}.isnan().any():")
-                epilogue.append(f"        return _fallback(_rt, ({', '.join(ins)},), "
-                                f"{{{', '.join(repr(x) + ': ' + x for x in syms)}}})")
+                epilogue.append(f"        return _fallback(_rt, ({', '.join(ins)},), {symdict})")
             shape = ", ".join(pyexpr(s) if not isinstance(s, int) else str(s) for s in dims)
             shape = f"({shape},)" if len(dims) == 1 else f"({shape})"
             lines.append(f"    out{j} = _empty({shape}, dtype={o.meta.dtype})")

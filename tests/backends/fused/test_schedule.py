@@ -82,3 +82,11 @@ def test_sibling_reductions_share_one_pass():
     src = cf.entries[0].fn.regions[0].spec.source
     contig = src.split("if (contig)")[1].split("} else {")[0]
     assert contig.count("#pragma omp simd reduction") == 2  # pass 1: sum (mean, var's mean, sum) and max; pass 2: var
+
+
+def test_a_region_input_on_another_device_runs_as_torch_calls():
+    cf = ds.compile(lambda x: (x * 2).exp() + 1, dynamic=True, backend="fused")
+    cf(torch.randn(3, 4))
+    rt = cf.entries[0].fn.regions[0]
+    out = rt.wrapper(torch.randn(3, 4, device="meta"), 3, 4)  # not host memory: never given to the kernel
+    assert out.device.type == "meta" and out.shape == (3, 4)
