@@ -54,6 +54,12 @@ class Tiered:
     def __call__(self, L):
         return self.fn(L)
 
+    def __deepcopy__(self, memo):  # like a function: copying a compiled module shares its code
+        return self
+
+    def __reduce__(self):  # pickling a compiled entry keeps the eager code (kernels are process-local)
+        return (_identity, (self.eager,))
+
     def swap(self, fn, regions) -> None:
         self.regions = regions
         if fn is not None:
@@ -89,6 +95,10 @@ class FusedBackend:
         else:
             build.worker.submit(job)
         return tiered
+
+
+def _identity(fn):
+    return fn
 
 
 def wait() -> None:
