@@ -8,6 +8,7 @@ are sympy symbols, so loads index with ordinary sympy arithmetic (views are inde
     load(0, (i0, i1))              x[i0, i1] through x's runtime strides
     op('mul', [load, const 2.0])   a pointwise op computed in the C type of its dtype
     reduce('sum', arg)             one value per row: arg summed over the inner dims
+    gather(0, (i0, 0), 1, C, t)    x[i0, t] for a value t (cross-entropy's target), NaN out of range
 
 Nodes are interned (`IR.make`), so one expression used twice is one node: sibling
 reductions over the same argument (the mean inside `var`, the user's own `mean`) are one

@@ -8,6 +8,7 @@ name, or None; `family(node)` says what kind of loop the op needs:
     identity    the value itself (dropout in eval, contiguous, clone)
     reduce      sum/mean/amax/amin/var/std/logsumexp over trailing dims
     composite   softmax/log_softmax/layer_norm/rms_norm: reductions and pointwise in one call
+    xent        F.cross_entropy over class indices: a row's logsumexp minus its target's logit
 """
 from __future__ import annotations
 

@@ -14,7 +14,8 @@ producers (merging several producer regions when they agree) if
 Cost model: a region is kept only if it saves memory traffic (two or more computing calls:
 at least one intermediate never reaches memory) and has a row dimension to parallelise;
 a lone softmax or layer_norm stays the library call. Reductions over a leading dim or over
-everything stay torch calls (strided, or no parallel rows).
+everything stay torch calls (strided, or no parallel rows). `F.cross_entropy` is a region of
+its own (one pass over the logits instead of log_softmax's write and re-read).
 """
 from __future__ import annotations
 
