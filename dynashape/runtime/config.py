@@ -4,6 +4,8 @@ from __future__ import annotations
 import contextlib
 import os
 
+from ..symbolic import tracehook
+
 _DEFAULTS: dict[str, tuple[type, object]] = {
     "automatic_dynamic_shapes": (bool, True),
     "assume_static_by_default": (bool, True),
@@ -26,12 +28,14 @@ _DEFAULTS: dict[str, tuple[type, object]] = {
     "pgo_dir": (str, ""),
     "pgo_remote": (str, ""),
     "enable_compiler_collectives": (bool, False),
+    "trace_dir": (str, ""),  # the structured compile trace (tlparse, `python -m dynashape report`)
     "fused_sync": (bool, False),  # backend="fused": wait for the C++ compiler instead of running eagerly meanwhile
     "fused_cache_dir": (str, ""),  # compiled kernels; default <pgo_dir>/kernels
 }
 _ENV = {"dynamic_sources": "DYNASHAPE_DYNAMIC_SOURCES", "unbacked_sources": "DYNASHAPE_UNBACKED_SOURCES",
         "job_id": "DYNASHAPE_JOB_ID", "pgo_remote": "DYNASHAPE_PGO_REMOTE", "pgo_dir": "DYNASHAPE_CACHE_DIR",
-        "fused_cache_dir": "DYNASHAPE_FUSED_CACHE_DIR"}
+        "trace_dir": "DYNASHAPE_TRACE", "fused_cache_dir": "DYNASHAPE_FUSED_CACHE_DIR"}
+_WATCH = {"trace_dir": tracehook.set_directory}  # knobs that low layers read as a flag
 
 
 class Config:
@@ -42,6 +46,8 @@ class Config:
         for k, env in _ENV.items():
             if os.environ.get(env):
                 self._values[k] = os.environ[env]
+        for k, fn in _WATCH.items():
+            fn(self._values[k])
 
     def __getattr__(self, name):
         try:
@@ -56,6 +62,8 @@ class Config:
         if typ is int and isinstance(value, bool) or not isinstance(value, typ):
             raise TypeError(f"config.{name} takes a {typ.__name__}, got {type(value).__name__} {value!r}")
         self._values[name] = value
+        if name in _WATCH:
+            _WATCH[name](value)
 
     def knobs(self) -> dict:
         return dict(self._values)
@@ -79,7 +87,8 @@ class _Patch(contextlib.ContextDecorator):
         return self.cfg
 
     def __exit__(self, *exc):
-        self.cfg._values.update(self.saved.pop())
+        for k, v in self.saved.pop().items():
+            setattr(self.cfg, k, v)
         return False
 
 
