@@ -16,9 +16,11 @@ import shutil
 import subprocess
 import tempfile
 import threading
+import time
 
 from ...runtime.config import config
 from ...runtime.pgo_store import pgo_dir
+from ...symbolic import tracehook
 
 log = logging.getLogger("dynashape.fused")
 
@@ -113,10 +115,17 @@ def load(source: str, n_ptr: int, n_int: int):
     path = os.path.join(cache_dir(), f"k{key}.so")
     if os.path.exists(path):
         counters["disk_hits"] += 1
+        if tracehook.on:
+            tracehook.emit("kernel_cache", True, key)
     else:
+        t0 = time.perf_counter()
         _compile_to(source, flags(), path)
         with open(path[:-3] + ".cpp", "w") as f:  # for reading; never loaded
             f.write(source)
+        if tracehook.on:  # the compile trace (DYNASHAPE_TRACE): a miss, and the compiler's time
+            dt = time.perf_counter() - t0
+            tracehook.emit("kernel_cache", False, key, dt)
+            tracehook.emit("phase", "kernel_compile", dt)
     lib = ctypes.CDLL(path)
     fn = lib.kernel
     fn.argtypes = [ctypes.c_void_p] * n_ptr + [ctypes.c_int64] * n_int + [ctypes.c_int]

@@ -115,3 +115,20 @@ def test_the_kernel_source_takes_sizes_and_strides_as_arguments():
     src = cf.entries[0].fn.regions[0].spec.source
     assert "int64_t s0" in src and "int64_t s1" in src and "st0_1" in src and "#pragma omp simd" in src
     assert "_fused" in cf.entries[0].code  # the Python calls the region's wrapper
+
+
+def test_the_compile_trace_records_kernel_cache_misses_hits_and_compile_time(tmp_path):
+    from tests.logs.test_trace import _kinds, _trace_of
+
+    f = _unique_fn()
+
+    def run():
+        ds.compile(f, dynamic=True, backend="fused")(torch.randn(3, 4))
+        build._loaded.clear()  # a fresh lookup: found on disk this time
+        ds.compile(f, dynamic=True, backend="fused")(torch.randn(3, 4))
+
+    path, _ = _trace_of(tmp_path, run)
+    names = [e["artifact"]["name"] for k, e, _ in _kinds(path) if k == "artifact"]
+    assert "fused_kernel_cache_miss" in names and "fused_kernel_cache_hit" in names
+    metrics = [e["compilation_metrics"] for k, e, _ in _kinds(path) if k == "compilation_metrics"]
+    assert metrics[0]["phases_s"]["kernel_compile"] > 0
