@@ -1,4 +1,5 @@
 """Backends; importing this package registers them."""
 from .eager import EagerBackend
+from .fused import FusedBackend
 
-__all__ = ["EagerBackend"]
+__all__ = ["EagerBackend", "FusedBackend"]

@@ -29,10 +29,12 @@ _DEFAULTS: dict[str, tuple[type, object]] = {
     "pgo_remote": (str, ""),
     "enable_compiler_collectives": (bool, False),
     "trace_dir": (str, ""),  # the structured compile trace (tlparse, `python -m dynashape report`)
+    "fused_sync": (bool, False),  # backend="fused": wait for the C++ compiler instead of running eagerly meanwhile
+    "fused_cache_dir": (str, ""),  # compiled kernels; default <pgo_dir>/kernels
 }
 _ENV = {"dynamic_sources": "DYNASHAPE_DYNAMIC_SOURCES", "unbacked_sources": "DYNASHAPE_UNBACKED_SOURCES",
         "job_id": "DYNASHAPE_JOB_ID", "pgo_remote": "DYNASHAPE_PGO_REMOTE", "pgo_dir": "DYNASHAPE_CACHE_DIR",
-        "trace_dir": "DYNASHAPE_TRACE"}
+        "trace_dir": "DYNASHAPE_TRACE", "fused_cache_dir": "DYNASHAPE_FUSED_CACHE_DIR"}
 _WATCH = {"trace_dir": tracehook.set_directory}  # knobs that low layers read as a flag
 
 

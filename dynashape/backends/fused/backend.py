@@ -1,0 +1,317 @@
+"""The fused backend: regions of the graph become calls into compiled C++ kernels.
+
+`FusedBackend()(graph)` returns at once a callable that runs the eager replay code; the
+regions are lowered, compiled (or found in the disk cache) by a background thread and the
+callable switches to the fused code when every kernel is loaded. With
+`config.fused_sync = True` the switch happens before the first call returns.
+
+The fused code is the eager backend's generated Python over a rewritten graph in which a
+region is one call returning its outputs:
+
+    fused_mul_1 = _fused_mul_10(x, w, b, s0, s1)  # model.py:3 'y = F.gelu(x * w + b) ...'
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import warnings
+
+import torch
+
+from ...ir.codegen import compile_graph, exec_source
+from ...ir.graph import Graph, SymExpr, map_args
+from ...runtime.config import config
+from ...runtime.registry import register_backend
+from ...symbolic.printer import pyexpr
+from . import build
+from . import ops
+from .cppgen import CppGen
+from .lower import Lowerer, Region, Unfusable
+from .schedule import schedule
+
+log = logging.getLogger("dynashape.fused")
+_warned: set = set()
+
+
+def _warn_once(tag: str, msg: str) -> None:
+    if tag not in _warned:
+        _warned.add(tag)
+        warnings.warn(msg, RuntimeWarning, stacklevel=3)
+
+
+class Tiered:
+    """fn(L): the eager replay until the fused code is ready, then the fused code."""
+
+    def __init__(self, eager_fn):
+        self.eager = eager_fn
+        self.fn = eager_fn
+        self.source = eager_fn.source
+        self.fused = False  # the kernels are in use
+        self.regions: list = []  # the compiled regions (RegionRuntime)
+        self.error: str | None = None  # why the fused code is not in use, when it failed
+        self.ready = threading.Event()
+
+    def __call__(self, L):
+        return self.fn(L)
+
+    def __deepcopy__(self, memo):  # like a function: copying a compiled module shares its code
+        return self
+
+    def __reduce__(self):  # pickling a compiled entry keeps the eager code (kernels are process-local)
+        return (_identity, (self.eager,))
+
+    def swap(self, fn, regions) -> None:
+        self.regions = regions
+        if fn is not None:
+            self.fn, self.source, self.fused = fn, fn.source, True
+
+
+@register_backend("fused")
+class FusedBackend:
+    def __call__(self, graph, name: str = "forward"):
+        eager_fn = compile_graph(graph, name)
+        tiered = Tiered(eager_fn)
+        if build.compiler() is None:
+            _warn_once("nocxx", "dynashape: backend='fused' found no C++ compiler (g++/c++ or $CXX); "
+                                "running the eager backend instead")
+            tiered.error = "no C++ compiler"
+            tiered.ready.set()
+            return tiered
+
+        def job():
+            try:
+                fn, regions = build_fused(graph, name)
+                tiered.swap(fn, regions)
+            except Exception as e:  # noqa: BLE001 - the eager code stays correct; say why once
+                build.counters["failures"] += 1
+                tiered.error = f"{type(e).__name__}: {e}"
+                _warn_once(f"fail:{type(e).__name__}:{str(e)[:80]}",
+                           f"dynashape: fused backend fell back to eager code for a graph: {tiered.error[:2000]}")
+            finally:
+                tiered.ready.set()
+
+        if config.fused_sync:
+            job()
+        else:
+            build.worker.submit(job)
+        return tiered
+
+
+def _identity(fn):
+    return fn
+
+
+def wait() -> None:
+    """Block until every background compile queued so far has finished."""
+    build.worker.wait_idle()
+
+
+# ---------------------------------------------------------------------------- building
+class RegionRuntime:
+    """One compiled region: the kernel, the Python wrapper the graph calls, the torch replay."""
+
+    def __init__(self, region: Region, idx: int):
+        self.region, self.idx = region, idx
+        lw = Lowerer(region)
+        outs = []
+        D, k = region.domain, region.k
+        for o in region.outputs:
+            s = tuple(o.meta.shape)
+            if ops.family(o) == "xent":  # per-row losses; the wrapper reduces them
+                outs.append((o, lw.value(o, lw.ir.vars[:1]), "row"))
+            elif s == tuple(D) or not s:
+                outs.append((o, lw.value(o, lw.ir.vars[len(lw.ir.vars) - len(s):] if s else ()), "full"))
+            else:
+                row_idx = lw.ir.vars[:k] + (0,) * (len(s) - k)
+                outs.append((o, lw.value(o, row_idx), "row"))
+        self.spec = CppGen(region, lw.ir, outs).generate()
+        sym_set = set(self.spec.symbols)
+        for o in region.outputs:
+            for s in o.meta.shape:
+                if not isinstance(s, int):
+                    sym_set |= s.free_symbols
+        self.symbols = sorted(sym_set, key=lambda s: s.name)
+        self.kernel = None
+        self.wrapper = None
+
+    def compile(self) -> None:
+        n_ptr = self.spec.n_in + self.spec.n_out
+        n_int = len(self.spec.symbols) + sum(self.spec.stride_dims)
+        self.kernel = build.load(self.spec.source, n_ptr, n_int)
+        self.wrapper = self._wrapper()
+
+    @property
+    def name(self) -> str:
+        return "fused_" + "_".join(o.name for o in self.region.outputs[:2])
+
+    def _wrapper(self):
+        r = self.region
+        ins = [f"a{i}" for i in range(len(r.inputs))]
+        syms = [s.name for s in self.symbols]
+        params = ", ".join(ins + syms)
+        grad_ins = [a for a, t in zip(ins, r.inputs) if t.meta.dtype.is_floating_point]
+        lines = [f"def {self.name}({params}):"]
+        symdict = "{" + ", ".join(f"{x!r}: {x}" for x in syms) + "}"
+        # the kernels read host memory: anything else (a tensor moved to a device) runs as torch calls
+        lines.append(f"    if not ({' and '.join(f'{a}.is_cpu' for a in ins)}):")
+        lines.append(f"        return _fallback(_rt, ({', '.join(ins)},), {symdict})")
+        if grad_ins:
+            cond = " or ".join(f"{a}.requires_grad" for a in grad_ins)
+            lines.append(f"    if _grad_on() and ({cond}):")
+            lines.append(f"        return _autograd(_rt, {params})")
+        outs = []
+        epilogue = []
+        for j, o in enumerate(r.outputs):
+            dims = list(o.meta.shape)
+            if ops.family(o) == "xent":
+                dims = [r.domain[0]]
+                red, ii = ops.arg(o, 6, "reduction", "mean"), ops.arg(o, 4, "ignore_index", -100)
+                if red == "sum":
+                    epilogue.append(f"    out{j} = out{j}.sum()")
+                elif red == "mean":
+                    epilogue.append(f"    out{j} = out{j}.sum() / (a1 != {ii}).sum()")
+                # NaN: a NaN logit, or a target out of range: let torch give its result or its error
+                epilogue.append(f"    if out{j}.isnan().any():")
+                epilogue.append(f"        return _fallback(_rt, ({', '.join(ins)},), {symdict})")
+            shape = ", ".join(pyexpr(s) if not isinstance(s, int) else str(s) for s in dims)
+            shape = f"({shape},)" if len(dims) == 1 else f"({shape})"
+            lines.append(f"    out{j} = _empty({shape}, dtype={o.meta.dtype})")
+            outs.append(f"out{j}")
+        ptrs = [f"{a}.data_ptr()" for a in ins] + [f"{o}.data_ptr()" for o in outs]
+        ints = [s.name for s in self.spec.symbols] + [f"*{a}.stride()" for a in ins]
+        lines.append(f"    _kernel({', '.join(ptrs + ints + ['_nthreads()'])})")
+        lines += epilogue
+        lines.append(f"    return {', '.join(outs)}" + ("," if len(outs) > 1 else ""))
+        if len(outs) > 1:
+            lines[-1] = f"    return ({', '.join(outs)})"
+        src = "\n".join(lines) + "\n"
+        ns = {"torch": torch, "_empty": torch.empty, "_kernel": self.kernel, "_nthreads": torch.get_num_threads,
+              "_grad_on": torch.is_grad_enabled, "_autograd": _autograd, "_rt": self,
+              "_fallback": _fallback}
+        exec_source(src, "fused-region", ns)
+        fn = ns[self.name]
+        fn.source = src
+        fn._codegen_name = self.name
+        return fn
+
+    def run_kernel(self, *args):
+        """The kernel call without the autograd check (the forward of the autograd.Function)."""
+        with torch.no_grad():
+            out = self.wrapper(*args)
+        return out if isinstance(out, tuple) else (out,)
+
+    def replay(self, tensors, symvals: dict):
+        """The region's torch calls, interpreted (the backward recomputes through these)."""
+        env = dict(zip(self.region.inputs, tensors))
+
+        def arg(a):
+            if isinstance(a, SymExpr):
+                v = eval(pyexpr(a.expr), {}, symvals)  # noqa: S307 - our own printed formula
+                return a.pytype(v)
+            return env[a]
+
+        for n in self.region.nodes:
+            env[n] = n.target(*map_args(n.args, arg), **map_args(n.kwargs, arg))
+        return tuple(env[o] for o in self.region.outputs)
+
+
+class _RegionFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, rt, *args):
+        n = len(rt.region.inputs)
+        ctx.rt, ctx.syms = rt, args[n:]
+        ctx.save_for_backward(*args[:n])
+        outs = rt.run_kernel(*args)
+        ctx.mark_non_differentiable(*[o for o in outs if not o.dtype.is_floating_point])
+        return outs
+
+    @staticmethod
+    def backward(ctx, *grads):
+        rt = ctx.rt
+        saved = ctx.saved_tensors
+        needs = ctx.needs_input_grad[1:1 + len(saved)]
+        symvals = {s.name: v for s, v in zip(rt.symbols, ctx.syms)}
+        with torch.enable_grad():
+            xs = [t.detach().requires_grad_(bool(q)) for t, q in zip(saved, needs)]
+            outs = rt.replay(xs, symvals)
+        pairs = [(o, g) for o, g in zip(outs, grads) if g is not None and o.requires_grad]
+        diff = [x for x in xs if x.requires_grad]
+        got = iter(torch.autograd.grad([o for o, _ in pairs], diff, [g for _, g in pairs], allow_unused=True)
+                   if pairs and diff else [None] * len(diff))
+        res = [next(got) if x.requires_grad else None for x in xs]
+        return (None, *res, *([None] * len(ctx.syms)))
+
+
+def _fallback(rt, tensors, symvals):
+    outs = rt.replay(list(tensors), symvals)
+    return outs if len(outs) > 1 else outs[0]
+
+
+def _autograd(rt, *args):
+    outs = _RegionFunction.apply(rt, *args)
+    return outs if len(outs) > 1 else outs[0]
+
+
+def plan(graph: Graph) -> list[RegionRuntime]:
+    rts = []
+    for i, r in enumerate(schedule(graph)):
+        try:
+            rts.append(RegionRuntime(r, i))
+        except Unfusable as e:
+            log.debug("region of %s stays torch calls: %s", [n.name for n in r.nodes], e)
+        except Exception as e:  # noqa: BLE001 - a gap in lowering/codegen: this region stays torch calls
+            build.counters["failures"] += 1
+            _warn_once(f"lower:{type(e).__name__}:{str(e)[:60]}",
+                       f"dynashape: fused backend left a region as torch calls ({type(e).__name__}: {e})")
+    return rts
+
+
+def build_fused(graph: Graph, name: str = "forward"):
+    """(fused forward, regions); (None, []) when nothing in the graph fuses."""
+    ok = []
+    for rt in plan(graph):
+        try:
+            rt.compile()
+            ok.append(rt)
+        except Exception as e:  # noqa: BLE001 - this region stays torch calls; the others still fuse
+            build.counters["failures"] += 1
+            _warn_once(f"cxx:{str(e)[:200]}", f"dynashape: fused backend could not build a kernel: {str(e)[:3000]}")
+    if not ok:
+        return None, []
+    return compile_graph(rewrite(graph, ok), name), ok
+
+
+def rewrite(g: Graph, rts: list) -> Graph:
+    """The graph with each region replaced by one call of its wrapper (and item reads)."""
+    last = {rt.region.nodes[-1]: rt for rt in rts}
+    member = {n for rt in rts for n in rt.region.nodes}
+    g2 = Graph()
+    g2.namespace.update(g.namespace)
+    new: dict = {}
+
+    def m(a):
+        return new[a] if not isinstance(a, SymExpr) else a
+
+    for n in g.nodes:
+        if n in member:
+            rt = last.get(n)
+            if rt is None:
+                continue
+            r = rt.region
+            args = [new[t] for t in r.inputs] + [SymExpr(s) for s in rt.symbols]
+            metas = tuple(o.meta for o in r.outputs)
+            if len(r.outputs) == 1:
+                o = r.outputs[0]
+                new[o] = g2.call(rt.wrapper, args, {}, o.meta, o.location, n.grad_enabled, name_hint=o.name)
+            else:
+                call = g2.call(rt.wrapper, args, {}, metas, n.location, n.grad_enabled, name_hint=rt.name)
+                for j, o in enumerate(r.outputs):
+                    new[o] = g2.call(torch.Tensor.__getitem__, (call, j), {}, o.meta, o.location, n.grad_enabled,
+                                     name_hint=o.name)
+            for a in r.aliases:  # views of the outputs, as eager makes them
+                new[a] = g2.add(a.kind, a.name, a.target, map_args(a.args, m), map_args(a.kwargs, m), a.meta,
+                                a.location, a.grad_enabled)
+            continue
+        new[n] = g2.add(n.kind, n.name, n.target, map_args(n.args, m), map_args(n.kwargs, m), n.meta,
+                        n.location, n.grad_enabled)
+    return g2

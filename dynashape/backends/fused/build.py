@@ -1,0 +1,175 @@
+"""Compiling kernels: the system C++ compiler, a disk cache shared by processes, ctypes loading.
+
+A kernel's library is named by a hash of its source, the compiler's version and the flags,
+so a second process running the same program finds every library on disk and compiles
+nothing (`counters['compiles']` counts compiler runs in this process). Libraries are written
+to a temporary name and renamed into place: a concurrent reader sees a whole file or none.
+"""
+from __future__ import annotations
+
+import ctypes
+import functools
+import hashlib
+import logging
+import os
+import shutil
+import subprocess
+import tempfile
+import threading
+import time
+
+from ...runtime.config import config
+from ...runtime.pgo_store import pgo_dir
+from ...symbolic import tracehook
+
+log = logging.getLogger("dynashape.fused")
+
+FLAGS = ["-O3", "-march=native", "-fopenmp", "-fno-math-errno", "-shared", "-fPIC", "-std=c++17"]
+MVEC = ["-DDS_MVEC", "-lmvec"]  # glibc's vector math: expf/erff/tanhf... vectorize in the inner loop
+
+counters = {"compiles": 0, "disk_hits": 0, "memory_hits": 0, "failures": 0}
+_loaded: dict = {}  # key -> ctypes function
+_lock = threading.Lock()
+
+
+@functools.lru_cache(maxsize=None)
+def compiler() -> tuple[str, str] | None:
+    """(path, version line) of the C++ compiler, or None when there is none."""
+    cxx = os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++")
+    if not cxx:
+        return None
+    try:
+        out = subprocess.run([cxx, "--version"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if out.returncode != 0:
+        return None
+    return cxx, out.stdout.splitlines()[0] if out.stdout else cxx
+
+
+@functools.lru_cache(maxsize=None)
+def _mvec_ok() -> bool:
+    """Whether libmvec links (glibc >= 2.35 has the erf/tanh variants we declare)."""
+    src = "extern \"C\" float erff(float) noexcept __attribute__((simd(\"notinbranch\")));\n" \
+          "extern \"C\" void f(float* x, long n) {\n#pragma omp simd\nfor (long i = 0; i < n; i++) x[i] = erff(x[i]); }\n"
+    try:
+        _compile_to(src, FLAGS + MVEC, os.path.join(cache_dir(), "probe-mvec.so"), count=False)
+        return True
+    except Exception:  # noqa: BLE001 - any failure means: build without it
+        return False
+
+
+def cache_dir() -> str:
+    d = config.fused_cache_dir or os.path.join(pgo_dir(), "kernels")
+    d = os.path.expanduser(d)
+    os.makedirs(d, exist_ok=True)
+    return d
+
+
+def flags() -> list[str]:
+    return FLAGS + (MVEC if _mvec_ok() else [])
+
+
+def key_of(source: str) -> str:
+    cxx = compiler()
+    h = hashlib.sha256()
+    for part in (source, cxx[1] if cxx else "", " ".join(flags())):
+        h.update(part.encode())
+        h.update(b"\0")
+    return h.hexdigest()[:24]
+
+
+def _compile_to(source: str, fl: list, path: str, count: bool = True) -> None:
+    cxx = compiler()
+    if cxx is None:
+        raise RuntimeError("no C++ compiler")
+    d = os.path.dirname(path)
+    fd, tmp_src = tempfile.mkstemp(suffix=".cpp", dir=d)
+    with os.fdopen(fd, "w") as f:
+        f.write(source)
+    tmp_so = tmp_src[:-4] + ".so.tmp"
+    try:
+        cmd = [cxx[0], tmp_src, "-o", tmp_so] + [x for x in fl if x != "-lmvec"] + (["-lmvec"] if "-lmvec" in fl else [])
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+        if count:
+            counters["compiles"] += 1
+        if out.returncode != 0:
+            raise RuntimeError(f"C++ compile failed ({' '.join(cmd)}):\n{out.stderr[-4000:]}")
+        os.replace(tmp_so, path)  # atomic: readers see the whole library or none
+    finally:
+        for p in (tmp_src, tmp_so):
+            try:
+                os.unlink(p)
+            except OSError:
+                pass
+
+
+def load(source: str, n_ptr: int, n_int: int):
+    """The `kernel` function of `source`, compiled (or found on disk) and loaded, with argtypes set."""
+    key = key_of(source)
+    with _lock:
+        fn = _loaded.get(key)
+        if fn is not None:
+            counters["memory_hits"] += 1
+            return fn
+    path = os.path.join(cache_dir(), f"k{key}.so")
+    if os.path.exists(path):
+        counters["disk_hits"] += 1
+        if tracehook.on:
+            tracehook.emit("kernel_cache", True, key)
+    else:
+        t0 = time.perf_counter()
+        _compile_to(source, flags(), path)
+        with open(path[:-3] + ".cpp", "w") as f:  # for reading; never loaded
+            f.write(source)
+        if tracehook.on:  # the compile trace (DYNASHAPE_TRACE): a miss, and the compiler's time
+            dt = time.perf_counter() - t0
+            tracehook.emit("kernel_cache", False, key, dt)
+            tracehook.emit("phase", "kernel_compile", dt)
+    lib = ctypes.CDLL(path)
+    fn = lib.kernel
+    fn.argtypes = [ctypes.c_void_p] * n_ptr + [ctypes.c_int64] * n_int + [ctypes.c_int]
+    fn.restype = None
+    with _lock:
+        _loaded[key] = fn
+    return fn
+
+
+class Worker:
+    """One background thread compiling queued jobs in order (a job is a callable)."""
+
+    def __init__(self):
+        self._jobs: list = []
+        self._cv = threading.Condition()
+        self._thread = None
+
+    def submit(self, job) -> None:
+        with self._cv:
+            self._jobs.append(job)
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._run, name="dynashape-fused-compile", daemon=True)
+                self._thread.start()
+            self._cv.notify()
+
+    def _run(self) -> None:
+        while True:
+            with self._cv:
+                if not self._jobs:
+                    if not self._cv.wait(timeout=5.0) and not self._jobs:
+                        self._thread = None
+                        return
+                    continue
+                job = self._jobs.pop(0)
+            try:
+                job()
+            except Exception:  # noqa: BLE001 - a job reports its own failure
+                log.exception("fused backend: background compile failed")
+
+    def wait_idle(self, timeout: float = 600.0) -> None:
+        """Block until every queued job has run (tests, benchmarks)."""
+        done = threading.Event()
+        self.submit(done.set)
+        done.wait(timeout)
+
+
+worker = Worker()

@@ -1,0 +1,471 @@
+"""C++ for one region: OpenMP over rows, a `#pragma omp simd` inner loop, sizes and strides as
+runtime arguments (one kernel serves every shape the guards accept).
+
+    extern "C" void kernel(const void* p0, void* q0, int64_t s0, int64_t s1,
+                           int64_t st0_0, int64_t st0_1, int nthreads)
+      contig = every input has its row-major strides -> the fast path (unit-stride loads)
+      parallel for o in rows:                      # the outer dims, flattened
+        pass 1..L: one inner loop per reduction level; sibling reductions share the loop
+        final pass: the full-size outputs; row outputs after it
+
+Values used by several passes (the chain under a mean and a var) are computed once into a
+per-thread row buffer, so no pointwise work is repeated and no reduction is recomputed.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import sympy
+import torch
+
+from .cprint import cexpr
+from .loopir import IR, level
+from .lower import Region, _c_strides
+
+_CTYPE = {torch.float32: "float", torch.float64: "double", torch.int64: "int64_t", torch.int32: "int32_t",
+          torch.bool: "bool"}
+_STORE = {torch.float16: "uint16_t", torch.bfloat16: "uint16_t", **_CTYPE}
+
+PRELUDE = r"""
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <algorithm>
+#ifdef DS_MVEC
+extern "C" {
+#define DS_SIMD __attribute__((simd("notinbranch")))
+float expf(float) noexcept DS_SIMD; double exp(double) noexcept DS_SIMD;
+float logf(float) noexcept DS_SIMD; double log(double) noexcept DS_SIMD;
+float log1pf(float) noexcept DS_SIMD; double log1p(double) noexcept DS_SIMD;
+float expm1f(float) noexcept DS_SIMD; double expm1(double) noexcept DS_SIMD;
+float tanhf(float) noexcept DS_SIMD; double tanh(double) noexcept DS_SIMD;
+float erff(float) noexcept DS_SIMD; double erf(double) noexcept DS_SIMD;
+float sinf(float) noexcept DS_SIMD; double sin(double) noexcept DS_SIMD;
+float cosf(float) noexcept DS_SIMD; double cos(double) noexcept DS_SIMD;
+float tanf(float) noexcept DS_SIMD; double tan(double) noexcept DS_SIMD;
+float exp2f(float) noexcept DS_SIMD; double exp2(double) noexcept DS_SIMD;
+float log2f(float) noexcept DS_SIMD; double log2(double) noexcept DS_SIMD;
+float powf(float, float) noexcept DS_SIMD; double pow(double, double) noexcept DS_SIMD;
+}
+#endif
+static inline int64_t ds_floordiv(int64_t a, int64_t b) { int64_t q = a / b; return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q; }
+static inline int64_t ds_mod(int64_t a, int64_t b) { int64_t r = a % b; return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }
+static inline float ds_h2f(uint16_t h) { _Float16 v; std::memcpy(&v, &h, 2); return (float)v; }
+static inline uint16_t ds_f2h(float f) { _Float16 v = (_Float16)f; uint16_t h; std::memcpy(&h, &v, 2); return h; }
+static inline float ds_bf2f(uint16_t h) { uint32_t u = (uint32_t)h << 16; float f; std::memcpy(&f, &u, 4); return f; }
+static inline uint16_t ds_f2bf(float f) {
+  uint32_t u; std::memcpy(&u, &f, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u);
+  u += 0x7fffu + ((u >> 16) & 1u); return (uint16_t)(u >> 16);
+}
+template <class T> static inline T ds_maximum(T a, T b) { return (a != a || a > b) ? a : b; }
+template <class T> static inline T ds_minimum(T a, T b) { return (a != a || a < b) ? a : b; }
+"""
+
+
+@dataclass
+class KernelSpec:
+    source: str
+    n_in: int
+    n_out: int
+    symbols: list  # sympy symbols passed as int64, in order
+    stride_dims: list  # per input: its rank (its strides follow the symbols)
+    out_kinds: list = field(default_factory=list)  # 'full' | 'row' per output
+
+
+def _f(dt) -> str:
+    return _CTYPE[dt]
+
+
+def _lit(v, dt) -> str:
+    if dt == torch.bool:
+        return "true" if v else "false"
+    if dt in (torch.float32, torch.float64):
+        v = float(v)
+        if v != v:
+            return "NAN" if dt == torch.float32 else "((double)NAN)"
+        if v in (float("inf"), float("-inf")):
+            s = "INFINITY" if v > 0 else "(-INFINITY)"
+            return s if dt == torch.float32 else f"((double){s})"
+        return f"(({_f(dt)}){v!r})"
+    return f"(({_f(dt)}){int(v)}L)"
+
+
+def _fn(name: str, dt) -> str:
+    return name + "f" if dt == torch.float32 else name
+
+
+class _Body:
+    """C statements of one row, for one stride mode (contiguous or strided)."""
+
+    def __init__(self, gen: "CppGen", contig: bool):
+        self.g, self.contig = gen, contig
+        self.row: list[str] = []  # statements at row scope
+        self.row_names: dict = {}  # IR id -> C name at row scope
+        self.inner_names: dict = {}  # IR id -> C name in the current inner loop
+        self.lines: list[str] = []  # current inner-loop body
+        self.stored: set = set()  # buffered nodes already written
+
+    def name(self, n) -> str:
+        if not n.inner:
+            got = self.row_names.get(n.id)
+            if got is None:
+                got = self.row_names[n.id] = f"r{n.id}"
+                self.row.append(f"const {_f(n.dtype)} r{n.id} = {self.expr(n)};")
+            return got
+        got = self.inner_names.get(n.id)
+        if got is not None:
+            return got
+        if n.id in self.g.buffered and n.id in self.stored:
+            return f"buf{n.id}[rr]"
+        text = self.expr(n)
+        nm = self.inner_names[n.id] = f"t{n.id}"
+        self.lines.append(f"const {_f(n.dtype)} t{n.id} = {text};")
+        if n.id in self.g.buffered:
+            self.lines.append(f"buf{n.id}[rr] = t{n.id};")
+            self.stored_now.add(n.id)
+        return nm
+
+    def expr(self, n) -> str:
+        g = self.g
+        if n.kind == "load":
+            buf, idx = n.key
+            off = sympy.Integer(0)
+            shape = g.region.inputs[buf].meta.shape
+            strides = _c_strides(shape) if self.contig else [sympy.Symbol(f"st{buf}_{d}") for d in range(len(shape))]
+            for d, (i, st) in enumerate(zip(idx, strides)):
+                if isinstance(shape[d], int) and shape[d] == 1:
+                    continue
+                off = off + i * st
+            sdt = g.region.inputs[buf].meta.dtype
+            ref = f"in{buf}[{cexpr(off)}]"
+            if sdt == torch.float16:
+                return f"ds_h2f({ref})"
+            if sdt == torch.bfloat16:
+                return f"ds_bf2f({ref})"
+            return ref if _CTYPE[sdt] == _f(n.dtype) else f"(({_f(n.dtype)}){ref})"
+        if n.kind == "gather":
+            buf, idx, dim, size = n.key
+            shape = g.region.inputs[buf].meta.shape
+            strides = _c_strides(shape) if self.contig else [sympy.Symbol(f"st{buf}_{d}") for d in range(len(shape))]
+            off = sum((i * st for d, (i, st) in enumerate(zip(idx, strides)) if d != dim), sympy.Integer(0))
+            t = self.name(n.args[0])
+            ref = f"in{buf}[{cexpr(off)} + {t} * {cexpr(strides[dim])}]"
+            sdt = g.region.inputs[buf].meta.dtype
+            if sdt == torch.float16:
+                ref = f"ds_h2f({ref})"
+            elif sdt == torch.bfloat16:
+                ref = f"ds_bf2f({ref})"
+            return f"(({t}) >= 0 && ({t}) < {cexpr(size)} ? ({_f(n.dtype)}){ref} : ({_f(n.dtype)})NAN)"
+        if n.kind == "const":
+            return _lit(n.key[0], n.dtype)
+        if n.kind == "sym":
+            return f"(({_f(n.dtype)}){cexpr(n.key[0])})"
+        if n.kind == "reduce":
+            return f"red{n.id}"
+        if (n.key[0] == "div" and n.inner and not n.args[1].inner and n.dtype.is_floating_point):
+            inv = self.g.ir.op("reciprocal", (n.args[1],), n.dtype)  # one division per row
+            return f"({self.name(n.args[0])} * {self.name(inv)})"
+        a = [self.name(x) for x in n.args]
+        return _op(n, a)
+
+
+def _op(n, a) -> str:
+    name, dt = n.key[0], n.dtype
+    F = _f(dt)
+    infix = {"add": "+", "sub": "-", "mul": "*", "div": "/", "eq": "==", "ne": "!=", "lt": "<", "le": "<=",
+             "gt": ">", "ge": ">=", "logical_and": "&&", "logical_or": "||"}
+    if name in infix:
+        return f"({a[0]} {infix[name]} {a[1]})"
+    one = lambda: _lit(1, dt)  # noqa: E731
+    zero = lambda: _lit(0, dt)  # noqa: E731
+    x = a[0] if a else None
+    if name == "cast":
+        target, src = n.key[1], n.args[0].dtype
+        if target == torch.bool:
+            return f"({x} != 0)"
+        if target == torch.float16:
+            return f"ds_h2f(ds_f2h((float){x}))"
+        if target == torch.bfloat16:
+            return f"ds_bf2f(ds_f2bf((float){x}))"
+        return f"(({F}){x})"
+    if name in ("maximum", "minimum"):
+        return f"ds_{name}<{F}>({a[0]}, {a[1]})"
+    if name == "where":
+        return f"({a[0]} ? {a[1]} : {a[2]})"
+    if name == "clamp_min":
+        return f"({a[0]} < {a[1]} ? {a[1]} : {a[0]})"
+    if name == "clamp_max":
+        return f"({a[0]} > {a[1]} ? {a[1]} : {a[0]})"
+    if name == "logical_not":
+        return f"(!{x})"
+    if name == "neg":
+        return f"(-{x})"
+    if name == "abs":
+        return f"std::fabs({x})" if dt in (torch.float32, torch.float64) else f"({x} < 0 ? -{x} : {x})"
+    if name in ("exp", "log", "log1p", "expm1", "sin", "cos", "tan", "tanh", "erf", "exp2", "log2", "floor",
+                "ceil", "trunc", "sqrt"):
+        return f"{_fn(name, dt)}({x})"
+    if name == "pow":
+        return f"{_fn('pow', dt)}({a[0]}, {a[1]})"
+    if name == "rsqrt":
+        return f"({one()} / {_fn('sqrt', dt)}({x}))"
+    if name == "reciprocal":
+        return f"({one()} / {x})"
+    if name == "square":
+        return f"({x} * {x})"
+    if name == "sigmoid":
+        return f"({one()} / ({one()} + {_fn('exp', dt)}(-{x})))"
+    if name == "silu":
+        return f"({x} / ({one()} + {_fn('exp', dt)}(-{x})))"
+    if name == "relu":
+        return f"({x} < 0 ? {zero()} : {x})"
+    if name == "relu6":
+        return f"({x} < 0 ? {zero()} : ({x} > 6 ? {_lit(6, dt)} : {x}))"
+    if name == "gelu":
+        if n.key[1] == "tanh":
+            inner = f"({_lit(0.7978845608028654, dt)} * ({x} + {_lit(0.044715, dt)} * {x} * {x} * {x}))"
+            return f"({_lit(0.5, dt)} * {x} * ({one()} + {_fn('tanh', dt)}{inner}))"
+        return f"({_lit(0.5, dt)} * {x} * ({one()} + {_fn('erf', dt)}({x} * {_lit(0.7071067811865476, dt)})))"
+    if name == "leaky_relu":
+        return f"({x} > 0 ? {x} : {x} * {_lit(n.key[1], dt)})"
+    if name == "hardtanh":
+        lo, hi = _lit(n.key[1], dt), _lit(n.key[2], dt)
+        return f"({x} < {lo} ? {lo} : ({x} > {hi} ? {hi} : {x}))"
+    if name == "softplus":
+        beta, th = _lit(n.key[1], dt), _lit(n.key[2], dt)
+        return f"({x} * {beta} > {th} ? {x} : {_fn('log1p', dt)}({_fn('exp', dt)}({x} * {beta})) / {beta})"
+    if name == "elu":
+        return f"({x} > 0 ? {x} : {_lit(n.key[1], dt)} * {_fn('expm1', dt)}({x}))"
+    if name == "mish":
+        sp = f"({x} > {_lit(20, dt)} ? {x} : {_fn('log1p', dt)}({_fn('exp', dt)}({x})))"
+        return f"({x} * {_fn('tanh', dt)}({sp}))"
+    if name in ("hardsigmoid", "hardswish"):
+        h = f"std::min<{F}>(std::max<{F}>({x} / {_lit(6, dt)} + {_lit(0.5, dt)}, {zero()}), {one()})"
+        return h if name == "hardsigmoid" else f"({x} * {h})"
+    if name == "finite_or_zero":
+        return f"(std::isinf({x}) ? {zero()} : {x})"
+    raise NotImplementedError(name)
+
+
+class CppGen:
+    def __init__(self, region: Region, ir: IR, outputs: list):
+        self.region, self.ir, self.outputs = region, ir, outputs  # outputs: [(graph node, IR node, kind)]
+        memo: dict = {}
+        reds = [n for n in ir.order if n.kind == "reduce"]
+        self.levels: list[list] = []
+        for r in reds:
+            lv = level(r, memo)
+            while len(self.levels) < lv:
+                self.levels.append([])
+            self.levels[lv - 1].append(r)
+        self.full = [(i, n) for i, (_, n, kind) in enumerate(outputs) if kind == "full"]
+        self.rows = [(i, n) for i, (_, n, kind) in enumerate(outputs) if kind == "row"]
+        self.passes = [[r.args[0] for r in lv] for lv in self.levels]
+        if self.full:
+            self.passes.append([n for _, n in self.full])
+        self.buffered = self._choose_buffered()
+
+    def _reach(self, buffered: set) -> dict:
+        """IR id -> number of passes that evaluate it, given which nodes are buffered."""
+        count: dict = {}
+        stored: set = set()
+        for roots in self.passes:
+            seen: set = set()
+            todo = [r for r in roots if r.inner]
+            while todo:
+                m = todo.pop()
+                if m.id in seen:
+                    continue
+                seen.add(m.id)
+                count[m.id] = count.get(m.id, 0) + 1
+                if m.id in buffered and m.id in stored:
+                    continue
+                todo.extend(a for a in m.args if a.inner)
+            stored |= seen & buffered
+        return count
+
+    def _choose_buffered(self) -> set:
+        buffered: set = set()
+        if len(self.passes) < 2:
+            return buffered
+        by_id = {n.id: n for n in self.ir.order}
+        while True:
+            count = self._reach(buffered)
+            cands = [i for i, c in count.items() if c >= 2 and i not in buffered and _nontrivial(by_id[i])]
+            if not cands:
+                return buffered
+            buffered.add(max(cands))
+
+    # ------------------------------------------------------------------ emission
+    def row_body(self, contig: bool) -> list[str]:
+        b = _Body(self, contig)
+        D, k = self.region.domain, self.region.k
+        inner_dims = list(range(k, len(D)))
+        out: list[str] = []
+        for p, roots in enumerate(self.passes):
+            is_final = bool(self.full) and p == len(self.passes) - 1
+            reds = [] if is_final else self.levels[p]
+            b.inner_names, b.lines, b.stored_now = {}, [], set()
+            pre_row = len(b.row)
+            accs = []
+            for r in reds:
+                arg = r.args[0]
+                kind = r.key[0]
+                flt = r.dtype.is_floating_point
+                acc_t = "double" if (kind == "sum" and r.dtype == torch.float32) else _f(r.dtype)
+                init = {"sum": "0", "max": "-INFINITY" if flt else "INT64_MIN", "shift": "-INFINITY",
+                        "min": "INFINITY" if flt else "INT64_MAX"}[kind]
+                if r.dtype == torch.bool:
+                    init = {"sum": "false", "max": "false", "min": "true"}[kind]
+                accs.append((r, acc_t, init))
+                v = b.name(arg)
+                if kind == "sum":
+                    b.lines.append(f"acc{r.id} += ({acc_t}){v};")
+                else:
+                    op = "<" if kind == "min" else ">"
+                    b.lines.append(f"acc{r.id} = (acc{r.id} {op} {v}) ? acc{r.id} : {v};")
+                    if kind != "shift" and flt:  # an int lane counter vectorizes; a bool flag does not
+                        b.lines.append(f"nan{r.id} += ({v} != {v});")
+            if is_final:
+                for i, n in self.full:
+                    v = b.name(n)
+                    b.lines.append(f"out{i}[o * n_inner + rr] = {_store(v, self.outputs[i][0].meta.dtype)};")
+            row_stmts = b.row[pre_row:]
+            del b.row[pre_row:]
+            out += row_stmts
+            for r, acc_t, init in accs:
+                out.append(f"{acc_t} acc{r.id} = {init};")
+                if r.key[0] in ("max", "min") and r.dtype.is_floating_point:
+                    out.append(f"int32_t nan{r.id} = 0;")
+            clauses = []
+            for r, acc_t, _ in accs:
+                red = {"sum": "+", "shift": "max"}.get(r.key[0], r.key[0])
+                clauses.append(f"reduction({red}:acc{r.id})")
+                if r.key[0] in ("max", "min") and r.dtype.is_floating_point:
+                    clauses.append(f"reduction(+:nan{r.id})")
+            out += self._loops(inner_dims, b.lines, " ".join(clauses))
+            b.stored |= b.stored_now
+            for r, acc_t, _ in accs:
+                val = f"(({_f(r.dtype)})acc{r.id})"
+                if r.key[0] in ("max", "min") and r.dtype.is_floating_point:
+                    val = f"(nan{r.id} ? NAN : {val})"
+                out.append(f"const {_f(r.dtype)} red{r.id} = {val};")
+        pre_row = len(b.row)
+        stores = []
+        for i, n in self.rows:
+            v = b.name(n)
+            stores.append(f"out{i}[o] = {_store(v, self.outputs[i][0].meta.dtype)};")
+        out += b.row[pre_row:] + stores
+        return out
+
+    def _loops(self, dims, body, clauses) -> list[str]:
+        D = self.region.domain
+        lines: list[str] = []
+        ind = ""
+        rr = None
+        for j, d in enumerate(dims):
+            last = j == len(dims) - 1
+            size = cexpr(D[d])
+            if last:
+                lines.append(f"{ind}#pragma omp simd {clauses}".rstrip())
+            lines.append(f"{ind}for (int64_t i{d} = 0; i{d} < {size}; ++i{d}) {{")
+            ind += "  "
+            rr = f"i{d}" if rr is None else f"({rr}) * {size} + i{d}"
+        lines.append(f"{ind}const int64_t rr = {rr};")
+        lines += [ind + s for s in body]
+        for _ in dims:
+            ind = ind[:-2]
+            lines.append(f"{ind}}}")
+        return lines
+
+    def generate(self) -> KernelSpec:
+        r = self.region
+        D, k = r.domain, r.k
+        syms: set = set()
+        for e in D:
+            syms |= sympy.sympify(e).free_symbols
+        for t in r.inputs:
+            for s in t.meta.shape:
+                syms |= sympy.sympify(s).free_symbols
+        for n in self.ir.order:
+            if n.kind == "sym":
+                syms |= n.key[0].free_symbols
+            if n.kind in ("load", "gather"):
+                for e in n.key[1]:
+                    syms |= e.free_symbols
+            if n.kind == "gather":
+                syms |= n.key[3].free_symbols
+        syms -= set(self.ir.vars)
+        symbols = sorted(syms, key=lambda s: s.name)
+        params = [f"const void* p{i}" for i in range(len(r.inputs))]
+        params += [f"void* q{i}" for i in range(len(self.outputs))]
+        params += [f"int64_t {s.name}" for s in symbols]
+        for i, t in enumerate(r.inputs):
+            params += [f"int64_t st{i}_{d}" for d in range(len(t.meta.shape))]
+        params.append("int nthreads")
+        L = [PRELUDE, f'extern "C" void kernel({", ".join(params)}) {{']
+        for i, t in enumerate(r.inputs):
+            st = _STORE[t.meta.dtype]
+            L.append(f"  const {st}* __restrict in{i} = (const {st}*)p{i};")
+        for i, (g, _, _) in enumerate(self.outputs):
+            st = _STORE[g.meta.dtype]
+            L.append(f"  {st}* __restrict out{i} = ({st}*)q{i};")
+        n_outer = " * ".join(cexpr(D[d]) for d in range(k)) or "1L"
+        n_inner = " * ".join(cexpr(D[d]) for d in range(k, len(D))) or "1L"
+        L.append(f"  const int64_t n_outer = {n_outer};")
+        L.append(f"  const int64_t n_inner = {n_inner};")
+        conds = []
+        for i, t in enumerate(r.inputs):
+            for d, (s, cs) in enumerate(zip(t.meta.shape, _c_strides(t.meta.shape))):
+                if not (isinstance(s, int) and s == 1):
+                    conds.append(f"st{i}_{d} == {cexpr(cs)}")
+        L.append(f"  const bool contig = {' && '.join(conds) or 'true'};")
+        L.append("  (void)contig; (void)n_inner;")
+        L.append("  const bool par = nthreads > 1 && n_outer > 1 && n_outer * n_inner >= 16384;")
+        L.append("  #pragma omp parallel num_threads(nthreads) if(par)")
+        L.append("  {")
+        for bid in sorted(self.buffered):
+            node = next(n for n in self.ir.order if n.id == bid)
+            L.append(f"    {_f(node.dtype)}* buf{bid} = ({_f(node.dtype)}*)std::malloc(sizeof({_f(node.dtype)}) * "
+                     f"(n_inner > 0 ? n_inner : 1));")
+        L.append("    #pragma omp for schedule(static)")
+        L.append("    for (int64_t o = 0; o < n_outer; ++o) {")
+        rem = "o"
+        for d in reversed(range(k)):
+            if d == 0:
+                L.append(f"      const int64_t i0 = {rem};")
+            else:
+                L.append(f"      const int64_t i{d} = {rem} % {cexpr(D[d])};")
+                L.append(f"      const int64_t o{d} = {rem} / {cexpr(D[d])};")
+                rem = f"o{d}"
+        L.append("      if (contig) {")
+        L += ["        " + s for s in self.row_body(True)]
+        L.append("      } else {")
+        L += ["        " + s for s in self.row_body(False)]
+        L.append("      }")
+        L.append("    }")
+        for bid in sorted(self.buffered):
+            L.append(f"    std::free(buf{bid});")
+        L.append("  }")
+        L.append("}")
+        src = "\n".join(L) + "\n"
+        return KernelSpec(src, len(r.inputs), len(self.outputs), symbols,
+                          [len(t.meta.shape) for t in r.inputs], [kind for _, _, kind in self.outputs])
+
+
+def _nontrivial(n) -> bool:
+    if n.kind != "op":
+        return False
+    if n.key[0] == "cast" and n.args[0].kind == "load":
+        return False
+    return True
+
+
+def _store(v: str, dt) -> str:
+    if dt == torch.float16:
+        return f"ds_f2h({v})"
+    if dt == torch.bfloat16:
+        return f"ds_f2bf({v})"
+    return f"({_STORE[dt]})({v})"

@@ -1,0 +1,379 @@
+"""Lowering: the graph nodes of one region become loop-IR expressions at a symbolic index.
+
+`Lowerer.value(node, idx)` is the node's element at `idx` (a tuple of sympy expressions in
+the loop variables). Pointwise ops broadcast their operands' indices, views rewrite the
+index (a permute swaps components, a reshape goes through the flat offset), reductions and
+the composites built on them (softmax, layer_norm, ...) become `reduce` nodes read once per
+row. Anything the loop model cannot express raises `Unfusable`, and the region stays a list
+of torch calls.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import sympy
+import torch
+
+from ...ir.graph import Node, SymExpr
+from ...symbolic.functions import FloorDiv, Mod
+from . import ops
+from .loopir import IR
+
+
+class Unfusable(Exception):
+    """The region cannot be expressed in the loop model (the reason is the message)."""
+
+
+@dataclass
+class Region:
+    nodes: list  # graph call nodes, in graph order
+    domain: tuple  # the loop domain (symbolic sizes); () becomes (1,)
+    n_inner: int  # trailing dims iterated by the inner loop (reduced dims, or the last dim)
+    inputs: list  # graph nodes read from outside (tensors), in argument order
+    outputs: list  # member nodes whose values are used outside
+    aliases: list = field(default_factory=list)  # member views used outside: re-run as torch calls after
+
+    @property
+    def k(self) -> int:
+        return len(self.domain) - self.n_inner
+
+
+def compute_dtype(dt):
+    """The C type a value is computed in: half types in float32."""
+    return torch.float32 if dt in (torch.float16, torch.bfloat16) else dt
+
+
+def _is_float(dt) -> bool:
+    return dt in ops.FLOATS
+
+
+def _c_strides(shape) -> list:
+    out, acc = [], sympy.Integer(1)
+    for s in reversed(shape):
+        out.append(acc)
+        acc = acc * s
+    return list(reversed(out))
+
+
+class Lowerer:
+    def __init__(self, region: Region):
+        self.r = region
+        self.ir = IR(len(region.domain), region.n_inner)
+        self.members = set(region.nodes)
+        self.buf = {n: i for i, n in enumerate(region.inputs)}
+        self.memo: dict = {}
+
+    # ------------------------------------------------------------------ helpers
+    def cast(self, v, dt):
+        dt = compute_dtype(dt)
+        return v if v.dtype == dt else self.ir.op("cast", (v,), dt, dt)
+
+    def scalar(self, v, dt):
+        dt = compute_dtype(dt)
+        if isinstance(v, SymExpr):
+            return self.cast(self.ir.sym(v.expr, torch.float64 if v.pytype is float else torch.int64), dt)
+        if isinstance(v, bool) and dt != torch.bool:
+            v = int(v)
+        return self.ir.const(v, dt)
+
+    @staticmethod
+    def bidx(v: Node, idx: tuple) -> tuple:
+        shape = v.meta.shape
+        tail = idx[len(idx) - len(shape):] if shape else ()
+        if len(tail) != len(shape):
+            raise Unfusable("operand of higher rank than its use")
+        return tuple(0 if (isinstance(s, int) and s == 1) else i for s, i in zip(shape, tail))
+
+    def at(self, v, idx, dt):
+        """Operand `v` of a node whose element `idx` is being computed, as dtype `dt`."""
+        if ops.is_tensor(v):
+            return self.cast(self.value(v, self.bidx(v, idx)), dt)
+        if ops.is_scalar(v):
+            return self.scalar(v, dt)
+        raise Unfusable(f"operand {v!r}")
+
+    def value(self, v: Node, idx: tuple):
+        idx = tuple(sympy.sympify(i) for i in idx)
+        key = (v, idx)
+        got = self.memo.get(key)
+        if got is not None:
+            return got
+        if v not in self.members:
+            got = self.ir.load(self.buf[v], idx, compute_dtype(v.meta.dtype))
+        else:
+            fam = ops.family(v)
+            got = getattr(self, "_" + fam)(v, idx)
+        self.memo[key] = got
+        return got
+
+    # ------------------------------------------------------------------ families
+    def _identity(self, n, idx):
+        return self.value(n.args[0], idx)
+
+    def _view(self, n, idx):
+        x = n.args[0]
+        name = ops.op_name(n.target)
+        src, out = tuple(x.meta.shape), tuple(n.meta.shape)
+        if name in ("permute", "transpose", "t", "movedim"):
+            perm = _perm(n, name, len(src))
+            sidx = [0] * len(src)
+            for j, p in enumerate(perm):
+                sidx[p] = idx[j]
+            return self.value(x, tuple(sidx))
+        if name in ("expand", "expand_as"):
+            return self.value(x, self.bidx(x, idx))
+        return self.value(x, _reshape_index(src, out, idx))
+
+    def _pointwise(self, n, idx):
+        name = ops.op_name(n.target)
+        dt = compute_dtype(n.meta.dtype)
+        ir = self.ir
+        A = lambda v, t=dt: self.at(v, idx, t)  # noqa: E731
+        a0 = n.args[0] if n.args else n.kwargs.get("input")
+        if name in ops.CASTS:
+            return self.cast_to(self.value(a0, self.bidx(a0, idx)), n.meta.dtype)
+        if name in ("add", "sub", "rsub"):
+            a, b = a0, ops.arg(n, 1, "other")
+            alpha = ops.arg(n, 2, "alpha", 1)
+            if name == "rsub":
+                a, b = b, a
+            bb = A(b) if alpha == 1 else ir.op("mul", (A(b), self.scalar(alpha, dt)), dt)
+            return ir.op("add" if name == "add" else "sub", (A(a), bb), dt)
+        if name in ("mul", "div", "maximum", "minimum"):
+            return ir.op(name, (A(a0), A(ops.arg(n, 1, "other"))), dt)
+        if name == "rdiv":
+            return ir.op("div", (A(n.args[1]), A(a0)), dt)
+        if name in ("pow", "rpow"):
+            base, ex = (a0, ops.arg(n, 1, "exponent")) if name == "pow" else (n.args[1], a0)
+            if not _is_float(dt):
+                if ex == 2:
+                    x = A(base)
+                    return ir.op("mul", (x, x), dt)
+                raise Unfusable("integer pow")
+            if isinstance(ex, (int, float)) and not isinstance(ex, bool):
+                x = A(base)
+                if ex == 2:
+                    return ir.op("mul", (x, x), dt)
+                if ex == 1:
+                    return x
+                if ex == 0.5:
+                    return ir.op("sqrt", (x,), dt)
+                if ex == 3:
+                    return ir.op("mul", (ir.op("mul", (x, x), dt), x), dt)
+                if ex == -1:
+                    return ir.op("reciprocal", (x,), dt)
+            return ir.op("pow", (A(base), A(ex)), dt)
+        if name in ops.COMPARE:
+            cdt = self.common_dtype([a0, ops.arg(n, 1, "other")])
+            return ir.op(name, (A(a0, cdt), A(ops.arg(n, 1, "other"), cdt)), torch.bool)
+        if name in ("logical_and", "logical_or", "logical_not") and n.meta.dtype != torch.bool:
+            raise Unfusable("bitwise op on integers")
+        if name in ("logical_and", "logical_or"):
+            return ir.op(name, (A(a0, torch.bool), A(n.args[1], torch.bool)), torch.bool)
+        if name == "logical_not":
+            return ir.op("logical_not", (A(a0, torch.bool),), torch.bool)
+        if name == "where":
+            c, a, b = a0, ops.arg(n, 1, "input"), ops.arg(n, 2, "other")
+            return ir.op("where", (A(c, torch.bool), A(a), A(b)), dt)
+        if name == "masked_fill":
+            return ir.op("where", (A(n.args[1], torch.bool), A(ops.arg(n, 2, "value")), A(a0)), dt)
+        if name in ("clamp", "clamp_min", "clamp_max"):
+            lo = ops.arg(n, 1, "min") if name != "clamp_max" else None
+            hi = ops.arg(n, 2 if name == "clamp" else 1, "max") if name != "clamp_min" else None
+            v = A(a0)
+            if lo is not None:
+                v = ir.op("clamp_min", (v, A(lo)), dt)
+            if hi is not None:
+                v = ir.op("clamp_max", (v, A(hi)), dt)
+            return v
+        if name == "lerp":
+            a, b, w = A(a0), A(n.args[1]), A(ops.arg(n, 2, "weight"))
+            return ir.op("add", (a, ir.op("mul", (w, ir.op("sub", (b, a), dt)), dt)), dt)
+        if name == "addcmul":
+            v = ops.arg(n, 3, "value", 1)
+            prod = ir.op("mul", (A(n.args[1]), A(n.args[2])), dt)
+            if v != 1:
+                prod = ir.op("mul", (prod, self.scalar(v, dt)), dt)
+            return ir.op("add", (A(a0), prod), dt)
+        if name in ops.UNARY:
+            if not _is_float(dt) and name not in ("neg", "abs", "relu", "square", "sign"):
+                raise Unfusable(f"{name} on {dt}")
+            x = A(a0)
+            extra = ()
+            if name == "gelu":
+                extra = (ops.arg(n, 1, "approximate", "none"),)
+            elif name == "leaky_relu":
+                extra = (float(ops.arg(n, 1, "negative_slope", 0.01)),)
+            elif name == "hardtanh":
+                extra = (float(ops.arg(n, 1, "min_val", -1.0)), float(ops.arg(n, 2, "max_val", 1.0)))
+            elif name == "softplus":
+                extra = (float(ops.arg(n, 1, "beta", 1.0)), float(ops.arg(n, 2, "threshold", 20.0)))
+            elif name == "elu":
+                extra = (float(ops.arg(n, 1, "alpha", 1.0)),)
+            elif len(n.args) > 1 or set(n.kwargs) - {"input", "inplace"}:
+                raise Unfusable(f"{name} with extra arguments")
+            if any(isinstance(e, SymExpr) for e in extra):
+                raise Unfusable("symbolic activation parameter")
+            return ir.op(name, (x,), dt, *extra)
+        raise Unfusable(f"no lowering for {name}")
+
+    def cast_to(self, v, target):
+        return self.ir.op("cast", (v,), compute_dtype(target), target)
+
+    def common_dtype(self, vals) -> torch.dtype:
+        ts = [v.meta.dtype for v in vals if ops.is_tensor(v)]
+        dt = ts[0]
+        for t in ts[1:]:
+            dt = torch.promote_types(dt, t)
+        for v in vals:
+            if ops.is_scalar(v) and not ops.is_tensor(v):
+                py = v.pytype if isinstance(v, SymExpr) else type(v)
+                if py is float and not _is_float(dt):
+                    dt = torch.get_default_dtype()
+                elif py is int and dt == torch.bool:
+                    dt = torch.int64
+        return compute_dtype(dt)
+
+    # ------------------------------------------------------------------ reductions
+    def _row(self, n, idx, keep: bool):
+        r, k = self.r, self.r.k
+        kept = idx[:k] if keep else idx
+        if len(kept) != k or tuple(kept) != self.ir.vars[:k]:
+            raise Unfusable("a row value read at another row's index")
+
+    def _check_dims(self, x, dims):
+        r = self.r
+        if tuple(x.meta.shape) != tuple(r.domain) or tuple(dims) != tuple(range(r.k, len(r.domain))):
+            raise Unfusable("reduction over other dims than the region's inner dims")
+
+    def count(self):
+        c = sympy.Integer(1)
+        for s in self.r.domain[self.r.k:]:
+            c = c * s
+        return c
+
+    def _reduce(self, n, idx):
+        name = ops.op_name(n.target)
+        x, dims, keep = ops.reduce_dims(n)
+        self._check_dims(x, dims)
+        self._row(n, idx, keep)
+        ir = self.ir
+        dt = compute_dtype(n.meta.dtype)
+        a = self.cast(self.value(x, self.ir.vars), dt)
+        if name == "sum":
+            return ir.reduce("sum", a, dt)
+        if name == "mean":
+            return self.mean(a, dt)
+        if name in ("amax", "amin"):
+            return ir.reduce("max" if name == "amax" else "min", a, dt)
+        if name == "logsumexp":
+            m = ir.reduce("shift", a, dt)  # a NaN reaches the result through the sum
+            mm = ir.op("finite_or_zero", (m,), dt)
+            s = ir.reduce("sum", ir.op("exp", (ir.op("sub", (a, mm), dt),), dt), dt)
+            return ir.op("add", (ir.op("log", (s,), dt), mm), dt)
+        if name in ("var", "std"):
+            corr = n.kwargs.get("correction")
+            if corr is None:
+                unbiased = n.kwargs.get("unbiased", n.args[2] if len(n.args) > 2 and isinstance(n.args[2], bool)
+                                        else True)
+                corr = 1 if unbiased else 0
+            v = self.var(a, dt, corr)
+            return ir.op("sqrt", (v,), dt) if name == "std" else v
+        raise Unfusable(name)
+
+    def mean(self, a, dt):
+        return self.ir.op("div", (self.ir.reduce("sum", a, dt), self.ir.sym(self.count(), dt)), dt)
+
+    def var(self, a, dt, corr):
+        ir = self.ir
+        d = ir.op("sub", (a, self.mean(a, dt)), dt)
+        ss = ir.reduce("sum", ir.op("mul", (d, d), dt), dt)
+        return ir.op("div", (ss, ir.sym(self.count() - corr, dt)), dt)
+
+    def _xent(self, n, idx):
+        """The loss of row idx[0] (the wrapper sums or averages the rows)."""
+        x, t = n.args[0], ops.arg(n, 1, "target")
+        ii = ops.arg(n, 4, "ignore_index", -100)
+        ir = self.ir
+        dt = compute_dtype(x.meta.dtype)
+        i0 = self.ir.vars[0]
+        full = self.cast(self.value(x, self.ir.vars), dt)
+        m = ir.reduce("shift", full, dt)
+        s = ir.reduce("sum", ir.op("exp", (ir.op("sub", (full, m), dt),), dt), dt)
+        lse = ir.op("add", (ir.op("log", (s,), dt), m), dt)
+        tv = self.value(t, (i0,))
+        picked = ir.gather(self.buf[x], (i0, 0), 1, x.meta.shape[1], tv, dt)
+        valid = ir.op("ne", (tv, ir.const(ii, torch.int64)), torch.bool)
+        return ir.op("where", (valid, ir.op("sub", (lse, picked), dt), ir.const(0.0, dt)), dt)
+
+    def _composite(self, n, idx):
+        name = ops.op_name(n.target)
+        x, dims, _ = ops.reduce_dims(n)
+        self._check_dims(x, dims)
+        self._row(n, idx, True)
+        ir = self.ir
+        dt = compute_dtype(n.meta.dtype)
+        full = self.cast(self.value(x, self.ir.vars), dt)
+        here = self.cast(self.value(x, idx), dt)
+        if name in ("softmax", "log_softmax"):
+            m = ir.reduce("shift", full, dt)  # a NaN in the row reaches every output through the sum
+            s = ir.reduce("sum", ir.op("exp", (ir.op("sub", (full, m), dt),), dt), dt)
+            if name == "softmax":
+                return ir.op("div", (ir.op("exp", (ir.op("sub", (here, m), dt),), dt), s), dt)
+            return ir.op("sub", (ir.op("sub", (here, m), dt), ir.op("log", (s,), dt)), dt)
+        if name == "layer_norm":
+            eps = ops.arg(n, 4, "eps", 1e-5)
+            w, b = ops.arg(n, 2, "weight"), ops.arg(n, 3, "bias")
+            mean = self.mean(full, dt)
+            var = self.var(full, dt, 0)
+            rstd = ir.op("rsqrt", (ir.op("add", (var, self.scalar(eps, dt)), dt),), dt)
+            out = ir.op("mul", (ir.op("sub", (here, mean), dt), rstd), dt)
+        else:  # rms_norm
+            eps = ops.arg(n, 3, "eps")
+            if eps is None:
+                eps = torch.finfo(x.meta.dtype).eps
+            w, b = ops.arg(n, 2, "weight"), None
+            ms = self.mean(ir.op("mul", (full, full), dt), dt)
+            out = ir.op("mul", (here, ir.op("rsqrt", (ir.op("add", (ms, self.scalar(eps, dt)), dt),), dt)), dt)
+        if w is not None:
+            out = ir.op("mul", (out, self.at(w, idx, dt)), dt)
+        if b is not None:
+            out = ir.op("add", (out, self.at(b, idx, dt)), dt)
+        return out
+
+
+def _perm(n, name, rank):
+    if name == "permute":
+        dims = n.args[1:] if len(n.args) > 2 or not isinstance(n.args[1], (list, tuple)) else n.args[1]
+        if "dims" in n.kwargs:
+            dims = n.kwargs["dims"]
+        return [d % rank for d in dims]
+    if name == "t":
+        return list(range(rank))[::-1]
+    if name == "transpose":
+        a, b = n.args[1] % rank, n.args[2] % rank
+        p = list(range(rank))
+        p[a], p[b] = p[b], p[a]
+        return p
+    raise Unfusable("movedim")
+
+
+def _reshape_index(src: tuple, out: tuple, idx: tuple) -> tuple:
+    """Index into `src` of element `idx` of its row-major reshape to `out`."""
+    if src == out:
+        return idx
+    keep = [(s, i) for s, i in zip(out, idx) if not (isinstance(s, int) and s == 1)]
+    src_big = [s for s in src if not (isinstance(s, int) and s == 1)]
+    if [s for s, _ in keep] == src_big:  # only size-1 dims added or removed
+        it = iter(i for _, i in keep)
+        return tuple(0 if (isinstance(s, int) and s == 1) else next(it) for s in src)
+    flat = sum((i * st for i, st in zip(idx, _c_strides(out))), sympy.Integer(0))
+    res = []
+    for d, (s, st) in enumerate(zip(src, _c_strides(src))):
+        if isinstance(s, int) and s == 1:
+            res.append(sympy.Integer(0))
+            continue
+        q = FloorDiv(flat, st) if st != 1 else flat
+        res.append(q if d == 0 else Mod(q, s))
+    return tuple(res)
+

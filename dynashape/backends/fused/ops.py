@@ -1,0 +1,213 @@
+"""Which graph calls the fused backend understands, and how to read their arguments.
+
+`op_name(target)` maps a torch callable (function, Tensor method, dunder) to one canonical
+name, or None; `family(node)` says what kind of loop the op needs:
+
+    pointwise   one output element from the same element of each input (after broadcasting)
+    view        an index map: reshape/permute/expand/squeeze...; never a region output
+    identity    the value itself (dropout in eval, contiguous, clone)
+    reduce      sum/mean/amax/amin/var/std/logsumexp over trailing dims
+    composite   softmax/log_softmax/layer_norm/rms_norm: reductions and pointwise in one call
+    xent        F.cross_entropy over class indices: a row's logsumexp minus its target's logit
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from ...ir.graph import Node, SymExpr, TensorMeta
+
+FLOATS = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
+DTYPES = FLOATS + (torch.int64, torch.int32, torch.bool)
+
+UNARY = {"neg", "abs", "exp", "log", "log1p", "expm1", "sqrt", "rsqrt", "sin", "cos", "tanh", "sigmoid",
+         "relu", "gelu", "silu", "erf", "reciprocal", "square", "logical_not", "floor", "ceil", "trunc",
+         "leaky_relu", "hardtanh", "softplus", "elu", "exp2", "log2", "tan", "mish", "hardsigmoid",
+         "hardswish", "relu6", "cast"}
+BINARY = {"add", "sub", "mul", "div", "rsub", "pow", "maximum", "minimum", "eq", "ne", "lt", "le", "gt",
+          "ge", "logical_and", "logical_or", "rpow", "rdiv"}
+OTHER_POINTWISE = {"where", "clamp", "clamp_min", "clamp_max", "masked_fill", "lerp", "addcmul"}
+COMPARE = {"eq", "ne", "lt", "le", "gt", "ge"}
+REDUCE = {"sum", "mean", "amax", "amin", "var", "std", "logsumexp"}
+COMPOSITE = {"softmax", "log_softmax", "layer_norm", "rms_norm"}
+XENT = {"cross_entropy"}  # one pass over the logits: logsumexp minus the target's logit, per row
+VIEW = {"view", "reshape", "permute", "transpose", "t", "unsqueeze", "squeeze", "expand", "flatten",
+        "unflatten", "expand_as", "view_as", "reshape_as", "movedim"}
+IDENTITY = {"contiguous", "clone", "dropout", "detach"}
+CASTS = {"float": torch.float32, "double": torch.float64, "half": torch.float16, "bfloat16": torch.bfloat16,
+         "long": torch.int64, "int": torch.int32, "bool": torch.bool, "to": None, "type_as": None}
+
+_ALIASES = {"__add__": "add", "__radd__": "add", "__sub__": "sub", "__rsub__": "rsub", "__mul__": "mul",
+            "__rmul__": "mul", "__truediv__": "div", "__rtruediv__": "rdiv", "__pow__": "pow",
+            "__rpow__": "rpow", "__neg__": "neg", "__abs__": "abs", "__eq__": "eq", "__ne__": "ne",
+            "__lt__": "lt", "__le__": "le", "__gt__": "gt", "__ge__": "ge", "__and__": "logical_and",
+            "__or__": "logical_or", "__invert__": "logical_not", "true_divide": "div", "multiply": "mul",
+            "subtract": "sub", "negative": "neg", "clip": "clamp", "special_erf": "erf", "max": None,
+            "greater": "gt", "less": "lt", "absolute": "abs", "dropout1d": None, "type_as": "type_as"}
+
+_OWNERS = (torch, torch.Tensor, torch._C.TensorBase, F, torch.special, torch._C._nn,
+           torch._C._VariableFunctions)
+
+
+def _table() -> dict:
+    names = (UNARY | BINARY | OTHER_POINTWISE | REDUCE | COMPOSITE | XENT | VIEW | IDENTITY | set(CASTS)) - {"cast"}
+    table: dict = {}
+    for owner in _OWNERS:
+        for name in list(names) + list(_ALIASES):
+            obj = getattr(owner, name, None)
+            canon = _ALIASES.get(name, name)
+            if obj is None or canon is None:
+                continue
+            try:
+                table.setdefault(obj, canon)
+            except TypeError:
+                pass
+    table[getattr(torch.special, "expit")] = "sigmoid"
+    return table
+
+
+_TABLE = _table()
+
+
+def op_name(target) -> str | None:
+    try:
+        return _TABLE.get(target)
+    except TypeError:
+        return None
+
+
+def arg(n: Node, i: int, name: str, default=None):
+    """Argument `name` of a call, given positionally at `i` or by keyword."""
+    if name in n.kwargs:
+        return n.kwargs[name]
+    if i is not None and i < len(n.args):
+        return n.args[i]
+    return default
+
+
+def is_tensor(v) -> bool:
+    return isinstance(v, Node) and isinstance(v.meta, TensorMeta)
+
+
+def is_scalar(v) -> bool:
+    return isinstance(v, (bool, int, float)) or (isinstance(v, SymExpr) and v.pytype in (int, float, bool))
+
+
+def tensor_args(n: Node) -> list:
+    return [a for a in list(n.args) + list(n.kwargs.values()) if is_tensor(a)]
+
+
+def norm_dims(dims, rank: int):
+    if dims is None or dims == [] or dims == ():
+        return tuple(range(rank))
+    if isinstance(dims, int):
+        dims = (dims,)
+    if not all(isinstance(d, int) for d in dims):
+        return None
+    out = tuple(sorted(d % rank if rank else 0 for d in dims))
+    return out if len(set(out)) == len(out) else None
+
+
+def family(n: Node) -> str | None:
+    """The loop family of a call, or None when it stays a torch call."""
+    if n.kind != "call":
+        return None
+    name = op_name(n.target)
+    if name is None or not is_tensor(n) or n.meta.dtype not in DTYPES:
+        return None
+    ins = tensor_args(n)
+    if not ins or any(t.meta.dtype not in DTYPES for t in ins):
+        return None
+    if "out" in n.kwargs or n.kwargs.get("inplace"):
+        return None
+    if name in XENT:
+        return "xent" if _xent_ok(n) else None
+    if name in VIEW:
+        return "view"
+    if name in IDENTITY:
+        if name == "dropout":
+            training = arg(n, 2, "training", True)
+            if training is not False and arg(n, 1, "p", 0.5) != 0:
+                return None
+            if arg(n, 3, "inplace", False):
+                return None
+        if name == "clone" and n.kwargs.get("memory_format") not in (None, torch.contiguous_format,
+                                                                    torch.preserve_format):
+            return None
+        if name == "contiguous" and len(n.args) > 1:
+            return None
+        return "identity"
+    if name in CASTS:
+        if name == "to":
+            extra = [a for a in n.args[1:]] + [v for k, v in n.kwargs.items() if k != "dtype"]
+            if extra and not (len(n.args) == 2 and isinstance(n.args[1], torch.dtype) and not n.kwargs):
+                if not (len(n.args) == 1 and list(n.kwargs) == ["dtype"]):
+                    return None
+        elif name == "type_as":
+            pass
+        elif len(n.args) > 1 or n.kwargs:
+            return None
+        if n.meta.dtype == ins[0].meta.dtype:
+            return "identity"  # eager returns the tensor itself
+        return "pointwise"
+    if name in REDUCE:
+        if n.kwargs.get("dtype") is not None or n.kwargs.get("out") is not None:
+            return None
+        if name in ("sum", "mean") and len(n.args) > 3:
+            return None
+        return "reduce"
+    if name in COMPOSITE:
+        if name in ("softmax", "log_softmax"):
+            if arg(n, 2, "dtype") not in (None, n.meta.dtype) or arg(n, 1, "dim") is None:
+                return None
+        return "composite"
+    if name == "div" and arg(n, 2, "rounding_mode") is not None:
+        return None
+    if name == "gelu" and arg(n, 1, "approximate", "none") not in ("none", "tanh"):
+        return None
+    for a in list(n.args) + list(n.kwargs.values()):
+        if not (is_tensor(a) or is_scalar(a) or a is None or isinstance(a, str)):
+            return None
+    return "pointwise"
+
+
+def _xent_ok(n: Node) -> bool:
+    x, t = n.args[0] if n.args else None, arg(n, 1, "target")
+    if not (is_tensor(x) and is_tensor(t) and len(x.meta.shape) == 2 and len(t.meta.shape) == 1):
+        return False
+    if x.meta.dtype not in FLOATS or t.meta.dtype != torch.int64:
+        return False
+    if arg(n, 2, "weight") is not None or arg(n, 3, "size_average") is not None or arg(n, 5, "reduce") is not None:
+        return False
+    return arg(n, 6, "reduction", "mean") in ("mean", "sum", "none") and arg(n, 7, "label_smoothing", 0.0) == 0.0 \
+        and isinstance(arg(n, 4, "ignore_index", -100), int)
+
+
+def reduce_dims(n: Node):
+    """(input node, reduced dims of the input, keepdim) of a reduce/composite call, or None."""
+    name = op_name(n.target)
+    x = n.args[0] if n.args else None
+    if not is_tensor(x):
+        return None
+    rank = len(x.meta.shape)
+    if name in ("layer_norm", "rms_norm"):
+        shape = arg(n, 1, "normalized_shape")
+        k = len(shape) if isinstance(shape, (list, tuple)) else 1
+        return x, tuple(range(rank - k, rank)), True
+    if name in ("softmax", "log_softmax"):
+        d = arg(n, 1, "dim")
+        if not isinstance(d, int) or rank == 0:
+            return None
+        return x, (d % rank,), True
+    dims = arg(n, 1, "dim")
+    if name in ("var", "std") and isinstance(dims, bool):
+        return None  # var(x, unbiased): a full reduction
+    if name in ("amax", "amin") and dims is None and "dim" not in n.kwargs and len(n.args) < 2:
+        dims = ()
+    dims = norm_dims(dims, rank)
+    if dims is None or rank == 0:
+        return None
+    keep = arg(n, 3 if name in ("var", "std") and len(n.args) > 3 else 2, "keepdim", False)
+    if name in ("var", "std") and len(n.args) == 3 and isinstance(n.args[2], bool) and "keepdim" not in n.kwargs:
+        keep = False  # var(x, dim, unbiased)
+    return x, dims, bool(keep)

@@ -1,0 +1,200 @@
+"""Scheduling: which graph calls run together in one kernel.
+
+Walking the graph in order, a call the loop model understands joins the region of its
+producers (merging several producer regions when they agree) if
+
+  * the loop domains agree: one domain `D` and one set of inner (reduced) dims per region;
+    pointwise values are full-size (`D`), row-size (`D` with the reduced dims 1 or dropped)
+    or smaller broadcast operands used only inside;
+  * no mutation (an in-place op, `out=`) lies between its members: a region reads its inputs
+    where it runs, at its last member;
+  * no call outside the region reads a member before the region's last member (so emitting
+    the region there keeps every other call in its original order: RNG draws stay put).
+
+Cost model: a region is kept only if it saves memory traffic (two or more computing calls:
+at least one intermediate never reaches memory) and has a row dimension to parallelise;
+a lone softmax or layer_norm stays the library call. Reductions over a leading dim or over
+everything stay torch calls (strided, or no parallel rows). `F.cross_entropy` is a region of
+its own (one pass over the logits instead of log_softmax's write and re-read).
+"""
+from __future__ import annotations
+
+import sympy
+
+from ...ir.graph import Graph, Node
+from . import ops
+from .lower import Region
+
+
+def _is_barrier(n: Node) -> bool:
+    if n.kind != "call":
+        return False
+    name = getattr(n.target, "__name__", "") or ""
+    if name.endswith("_") and not name.startswith("__"):
+        return True
+    return name in ("__setitem__", "copy_") or "out" in n.kwargs or bool(n.kwargs.get("inplace"))
+
+
+def _one(s) -> bool:
+    return isinstance(s, int) and s == 1
+
+
+def analyze(members: list) -> tuple | None:
+    """(domain, n_inner) of a candidate region, or None when its members disagree."""
+    D, n_inner = None, None
+    for m in members:
+        fam = ops.family(m)
+        if fam in ("reduce", "composite"):
+            got = ops.reduce_dims(m)
+            if got is None:
+                return None
+            x, dims, _ = got
+            rank = len(x.meta.shape)
+            if tuple(dims) != tuple(range(rank - len(dims), rank)) or len(dims) == rank:
+                return None  # not trailing dims, or no rows left to parallelise
+            shape = tuple(x.meta.shape)
+            if D is not None and (shape != D or n_inner != len(dims)):
+                return None
+            D, n_inner = shape, len(dims)
+    if D is None:  # pointwise only: the largest shape, its last dim inner
+        shapes = [tuple(m.meta.shape) for m in members if ops.family(m) == "pointwise"]
+        if not shapes:
+            return None
+        D = max(shapes, key=len)
+        for s in shapes:
+            if not _broadcasts(s, D):
+                return None
+        return (D, 1) if D else ((1,), 1)
+    k = len(D) - n_inner
+    rows = (D[:k] + (1,) * n_inner, D[:k])
+    for m in members:
+        if ops.family(m) == "pointwise":
+            s = tuple(m.meta.shape)
+            if s != D and s not in rows and not _broadcasts(s, D):
+                return None
+    return D, n_inner
+
+
+def _broadcasts(s: tuple, D: tuple) -> bool:
+    if len(s) > len(D):
+        return False
+    tail = D[len(D) - len(s):] if s else ()
+    return all(_one(a) or a == b for a, b in zip(s, tail))
+
+
+def _is_alias(m: Node) -> bool:
+    fam = ops.family(m)
+    return fam == "view" or (fam == "identity" and ops.op_name(m.target) != "clone")
+
+
+def schedule(g: Graph) -> list[Region]:
+    pos = {n: i for i, n in enumerate(g.nodes)}
+    epoch, ep = 0, {}
+    region_of: dict = {}  # node -> region id
+    members: dict = {}  # region id -> [nodes]
+    next_id = 0
+    for n in g.nodes:
+        if _is_barrier(n):
+            epoch += 1
+        ep[n] = epoch
+        if n.kind != "call" or ops.family(n) is None:
+            continue
+        if ops.family(n) == "xent":  # a region of its own; its scalar result feeds nothing fused
+            members[next_id] = [n]
+            next_id += 1
+            continue
+        cands = []
+        for u in ops.tensor_args(n):
+            r = region_of.get(u)
+            if r is not None and r not in cands:
+                cands.append(r)
+        options = ([cands] if len(cands) > 1 else []) + [[c] for c in cands]
+        for opt in options:
+            nodes = sorted([m for c in opt for m in members[c]] + [n], key=pos.__getitem__)
+            if _ok(nodes, n, pos, ep):
+                rid = opt[0]
+                for c in opt[1:]:
+                    del members[c]
+                members[rid] = nodes
+                for m in nodes:
+                    region_of[m] = rid
+                break
+        else:
+            members[next_id] = [n]
+            region_of[n] = next_id
+            next_id += 1
+    bound = {n.target for n in g.nodes if n.kind == "symbol"}
+    out = []
+    for rid, nodes in members.items():
+        r = finalize(nodes, bound)
+        if r is not None:
+            out.append(r)
+    return out
+
+
+def _ok(nodes: list, last: Node, pos: dict, ep: dict) -> bool:
+    if len({ep[m] for m in nodes}) != 1 or len({m.grad_enabled for m in nodes}) != 1:
+        return False
+    if analyze(nodes) is None:
+        return False
+    inside = set(nodes)
+    for m in nodes:
+        for u in m.users:
+            if u not in inside and pos[u] < pos[last]:
+                return False
+    return True
+
+
+def finalize(nodes: list, bound: set) -> Region | None:
+    """The region of these members, or None when the cost model or the loop model says no."""
+    if len(nodes) == 1 and ops.family(nodes[0]) == "xent":
+        x, t = nodes[0].args[0], ops.arg(nodes[0], 1, "target")
+        if not (sympy.sympify(x.meta.shape[0]).free_symbols | sympy.sympify(x.meta.shape[1]).free_symbols) <= bound:
+            return None
+        return Region(nodes, tuple(x.meta.shape), 1, [x, t], [nodes[0]])
+    got = analyze(nodes)
+    if got is None:
+        return None
+    D, n_inner = got
+    computing = [m for m in nodes if ops.family(m) in ("pointwise", "reduce", "composite")]
+    if len(computing) < 2:
+        return None
+    inside = set(nodes)
+    used_outside = [m for m in nodes if any(u not in inside for u in m.users)]
+    if not used_outside:
+        return None
+    # a view/identity used outside is re-run as a torch call on what it views (the region's output
+    # or an input): eager returns an alias there, so must we
+    aliases = [m for m in used_outside if _is_alias(m)]
+    outputs = [m for m in used_outside if not _is_alias(m)]
+    todo = list(aliases)
+    while todo:
+        for u in ops.tensor_args(todo.pop()):
+            if u in inside and _is_alias(u) and u not in aliases:
+                aliases.append(u)
+                todo.append(u)
+            elif u in inside and not _is_alias(u) and u not in outputs:
+                outputs.append(u)
+    order = {m: i for i, m in enumerate(nodes)}
+    outputs.sort(key=order.__getitem__)
+    aliases.sort(key=order.__getitem__)
+    if not outputs:
+        return None
+    k = len(D) - n_inner
+    reduced = any(ops.family(m) in ("reduce", "composite") for m in nodes)
+    for m in outputs:
+        s = tuple(m.meta.shape)
+        if not (s == D or (not s and D == (1,)) or (reduced and s in (D[:k] + (1,) * n_inner, D[:k]))):
+            return None
+    inputs = []
+    for m in nodes:
+        for u in ops.tensor_args(m):
+            if u not in inside and u not in inputs:
+                inputs.append(u)
+    syms = set()
+    for t in inputs + outputs + [*nodes]:
+        for s in t.meta.shape:
+            syms |= sympy.sympify(s).free_symbols
+    if not syms <= bound:
+        return None
+    return Region(nodes, D, n_inner, inputs, outputs, aliases)

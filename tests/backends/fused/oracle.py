@@ -1,0 +1,46 @@
+"""The fused oracle: backend='fused' against eager PyTorch, value by value, on many shapes."""
+from __future__ import annotations
+
+import torch
+
+import dynashape as ds
+from dynashape.tracing.tree import leaves
+from tests.oracle import _clone
+
+TOL = {torch.float16: dict(rtol=2e-3, atol=2e-3), torch.bfloat16: dict(rtol=2e-2, atol=2e-2)}
+
+
+def check_fused(fn, cases, *, fused=True, grad=False, compiles=1, **tol):
+    """Run `fn` compiled with backend='fused' and eagerly on each case; results (and input
+    gradients, with `grad`) must match. `fused`: the compiled entry must be running kernels."""
+    cf = ds.compile(fn, dynamic=True, backend="fused")
+    for args in cases:
+        a1, a2 = _clone(args), _clone(args)
+        want = fn(*a1)
+        got = cf(*a2)
+        t = dict(tol)
+        dts = {x.dtype for x in leaves(want) if isinstance(x, torch.Tensor)}
+        for dt in dts:
+            if dt in TOL and not tol:
+                t = TOL[dt]
+        torch.testing.assert_close(got, want, **t)
+        if grad:
+            outs = [o for o in leaves(want) if isinstance(o, torch.Tensor) and o.requires_grad]
+            outs2 = [o for o in leaves(got) if isinstance(o, torch.Tensor) and o.requires_grad]
+            assert len(outs) == len(outs2)
+            g = [torch.randn_like(o) for o in outs]
+            torch.autograd.backward(outs, g)
+            torch.autograd.backward(outs2, g)
+            for x1, x2 in zip(leaves(a1), leaves(a2)):
+                if isinstance(x1, torch.Tensor) and x1.requires_grad:
+                    torch.testing.assert_close(x2.grad, x1.grad, **t)
+    if compiles is not None:
+        assert cf.stats.compiles == compiles, cf.stats.recompile_reasons
+    if fused:
+        assert all(e.fn.fused for e in cf.entries), [e.fn.error for e in cf.entries]
+    return cf
+
+
+def regions(cf) -> list[list[str]]:
+    """The names of the graph calls each compiled region of the newest entry runs."""
+    return [[n.name for n in rt.region.nodes] for rt in cf.entries[0].fn.regions]

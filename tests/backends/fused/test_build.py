@@ -1,0 +1,134 @@
+"""Compiling and caching kernels: tiered start, one kernel for every shape, the disk cache
+shared by processes (a warm second process compiles nothing), no compiler -> eager."""
+import os
+import random
+import subprocess
+import sys
+import textwrap
+import warnings
+
+import torch
+import torch.nn.functional as F
+
+import dynashape as ds
+from dynashape.backends import fused
+from dynashape.backends.fused import build
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+
+PROGRAM = textwrap.dedent("""
+    import torch, torch.nn.functional as F, dynashape as ds
+    from dynashape.backends import fused
+    ds.config.fused_sync = True
+    def f(x, w):
+        y = F.silu(x * w) + 1
+        return y - y.mean(-1, keepdim=True)
+    cf = ds.compile(f, dynamic=True, backend="fused")
+    for n in (3, 7, 12):
+        x, w = torch.randn(n, 2 * n + 1), torch.randn(2 * n + 1)
+        torch.testing.assert_close(cf(x, w), f(x, w))
+    assert cf.entries[0].fn.fused
+    print("compiles", fused.counters["compiles"])
+""")
+
+
+def _run(tmp_path, cache):
+    script = tmp_path / "prog.py"
+    script.write_text(PROGRAM)
+    env = dict(os.environ, DYNASHAPE_FUSED_CACHE_DIR=str(cache), PYTHONPATH=ROOT, DYNASHAPE_CACHE_DIR=str(tmp_path))
+    return subprocess.Popen([sys.executable, str(script)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+
+
+def _compiles(p) -> int:
+    out, err = p.communicate(timeout=300)
+    assert p.returncode == 0, err
+    return int(out.split("compiles")[1])
+
+
+def test_a_warm_second_process_compiles_no_cpp(tmp_path):
+    cache = tmp_path / "kernels"
+    assert _compiles(_run(tmp_path, cache)) == 1
+    assert _compiles(_run(tmp_path, cache)) == 0
+    names = os.listdir(cache)
+    assert not [n for n in names if ".tmp" in n or n.endswith(".cpp.tmp")], names  # no half-written files
+
+
+def test_concurrent_processes_share_one_cache(tmp_path):
+    cache = tmp_path / "kernels"
+    procs = [_run(tmp_path, cache) for _ in range(2)]
+    assert sum(_compiles(p) for p in procs) in (1, 2)  # each may compile; both load whole libraries
+
+
+def _unique_fn():
+    c = random.random()
+
+    def f(x):
+        return torch.sigmoid(x * c) + x * 1.25 + c
+    return f
+
+
+def test_first_call_runs_eagerly_and_kernels_swap_in_when_ready():
+    f = _unique_fn()
+    with ds.config.patch(fused_sync=False):
+        cf = ds.compile(f, dynamic=True, backend="fused")
+        x = torch.randn(5, 7)
+        torch.testing.assert_close(cf(x), f(x))
+        tiered = cf.entries[0].fn
+        assert not tiered.fused  # the compiler is still running; the call did not wait
+        fused.wait()
+    assert tiered.fused, tiered.error
+    torch.testing.assert_close(cf(x), f(x))
+
+
+def test_new_shapes_reuse_the_kernel():
+    f = _unique_fn()
+    cf = ds.compile(f, dynamic=True, backend="fused")
+    cf(torch.randn(3, 4))
+    before = dict(fused.counters)
+    for s in [(5, 9), (40, 3), (2, 1000)]:
+        x = torch.randn(*s)
+        torch.testing.assert_close(cf(x), f(x))
+    assert fused.counters["compiles"] == before["compiles"] and cf.stats.compiles == 1
+
+
+def test_no_compiler_means_eager_with_one_warning(monkeypatch):
+    monkeypatch.setattr(build, "compiler", lambda: None)
+    monkeypatch.setattr(fused.backend, "_warned", set())
+    f = _unique_fn()
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        cf = ds.compile(f, dynamic=True, backend="fused")
+        x = torch.randn(4, 4)
+        torch.testing.assert_close(cf(x), f(x))
+        cf2 = ds.compile(_unique_fn(), dynamic=True, backend="fused")
+        cf2(x)
+    msgs = [str(m.message) for m in w if "C++ compiler" in str(m.message)]
+    assert len(msgs) == 1 and not cf.entries[0].fn.fused
+
+
+def test_the_kernel_source_takes_sizes_and_strides_as_arguments():
+    def f(x, w):
+        return F.gelu(x * w) * 2
+    cf = ds.compile(f, dynamic=True, backend="fused")
+    cf(torch.randn(3, 5), torch.randn(5))
+    src = cf.entries[0].fn.regions[0].spec.source
+    assert "int64_t s0" in src and "int64_t s1" in src and "st0_1" in src and "#pragma omp simd" in src
+    assert "_fused" in cf.entries[0].code  # the Python calls the region's wrapper
+
+
+def test_the_compile_trace_records_kernel_cache_misses_hits_and_compile_time(tmp_path):
+    from tests.logs.test_trace import _kinds, _trace_of
+
+    f = _unique_fn()
+
+    def run():
+        ds.compile(f, dynamic=True, backend="fused")(torch.randn(3, 4))
+        build._loaded.clear()  # a fresh lookup: found on disk this time
+        ds.compile(f, dynamic=True, backend="fused")(torch.randn(3, 4))
+
+    path, _ = _trace_of(tmp_path, run)
+    names = [e["artifact"]["name"] for k, e, _ in _kinds(path) if k == "artifact"]
+    assert "fused_kernel_cache_miss" in names and "fused_kernel_cache_hit" in names
+    metrics = [e["compilation_metrics"] for k, e, _ in _kinds(path) if k == "compilation_metrics"]
+    assert metrics[0]["phases_s"]["kernel_compile"] > 0
