@@ -512,10 +512,24 @@ def _why_attrs(read, src, items):
     return why
 
 
+class _Runner:
+    """The backend's callable with the output rebuilt and effects applied; its attributes (the
+    source, a fused backend's regions and state) are the backend callable's."""
+
+    __slots__ = ("run", "graph_fn")
+
+    def __init__(self, run, fn):
+        self.run, self.graph_fn = run, fn
+
+    def __call__(self, L):
+        return self.run(L)
+
+    def __getattr__(self, name):
+        return getattr(self.graph_fn, name)
+
+
 def _named(run, fn):
-    run.source = getattr(fn, "source", "")
-    run.graph_fn = fn
-    return run
+    return _Runner(run, fn)
 
 
 def _contents(kind, obj):
