@@ -117,7 +117,7 @@ def _parse(data: bytes | None, where: str) -> Profile | None:
         return None
     try:
         return Profile.from_json(data)
-    except ValueError as e:
+    except (ValueError, TypeError, KeyError, RecursionError, MemoryError) as e:  # anything malformed
         _store.warn_once(("bad", where), f"dynashape PGO: ignoring {where}: {e}; it will be replaced "
                                          f"when the profile is next written")
         return None

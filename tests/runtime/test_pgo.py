@@ -180,6 +180,14 @@ BAD_FILES = {
     "truncated": b'{"format": "dynashape-pgo", "version": 1, "key": "bad", "functions": {"ab',
     "foreign-version": json.dumps({"format": "dynashape-pgo", "version": 999, "functions": {}}).encode(),
     "not-a-profile": b"[1, 2, 3]",
+    "deeply-nested": b"[" * 100000 + b"]" * 100000,  # json.loads raises RecursionError
+    "garbage-bytes": bytes(range(256)) * 4,
+    "key-of-wrong-type": json.dumps({"format": "dynashape-pgo", "version": 1, "key": [1], "functions": {}}).encode(),
+    "line-of-wrong-type": json.dumps({"format": "dynashape-pgo", "version": 1, "key": "bad", "functions": {
+        "x:1:f": {"file": "f.py", "line": True, "name": "f", "hash": "x", "sources": {}}}}).encode(),
+    "size-of-wrong-type": json.dumps({"format": "dynashape-pgo", "version": 1, "key": "bad", "functions": {
+        "x:1:f": {"file": "f.py", "line": 1, "name": "f", "hash": "x",
+                  "sources": {"L['x']": {"kind": "tensor", "size": {"a": 1}, "stride": [1]}}}}}).encode(),
     "malformed-entry": json.dumps({"format": "dynashape-pgo", "version": 1, "key": "bad", "functions": {
         "x:1:f": {"file": "f.py", "line": 1, "name": "f", "hash": "x", "sources": {"L['x']": {"kind": 7}}}}}
     ).encode(),
