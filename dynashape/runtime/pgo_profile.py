@@ -161,6 +161,7 @@ class Profile:
         self.functions: dict[str, dict] = {}
         self.replaced: set[tuple[str, str]] = set()  # (fid, source) a dynamic=False compile overwrote
         self.dirty = False  # changed since last written
+        self.generation = 0  # counts changes, so a write can tell whether it saw the latest
 
     def function(self, ident: FunctionId) -> dict:
         f = self.functions.get(ident.fid)
