@@ -34,6 +34,8 @@ from .program import (STATE, Check, ConstSpec, DictSpec, ExportedProgram, SeqSpe
 FORMAT = "dynashape.ExportedProgram"
 FORMAT_VERSION = 1
 _PROGRAM, _STATE = "program.json", "state.pt"
+MAX_PROGRAM_BYTES = 8 << 20  # program.json: ~20k graph nodes; parsed JSON may take ~20x its size in memory
+MAX_COMPRESSED_STATE_BYTES = 64 << 20  # state.pt as save writes it is stored, bounded by the file size itself
 
 
 # ============================================================================ saving
@@ -155,8 +157,7 @@ def _load(path) -> ExportedProgram:
     with zipfile.ZipFile(path) as z:
         names = set(z.namelist())
         want(_PROGRAM in names and _STATE in names, f"it has no {_PROGRAM} and {_STATE}")
-        raw = z.read(_PROGRAM)
-        want(len(raw) < 1 << 28, "program.json is too large")
+        raw = _read_member(z, _PROGRAM, MAX_PROGRAM_BYTES)
         doc = as_obj(json.loads(raw.decode("utf-8")), "program.json")
         fmt, version = doc.get("format"), doc.get("version")
         if fmt != FORMAT:
@@ -164,7 +165,7 @@ def _load(path) -> ExportedProgram:
         if version != FORMAT_VERSION:
             raise LoadError(f"it was written in format version {version!r:.20}; this dynashape reads version "
                             f"{FORMAT_VERSION}")
-        state = torch.load(io.BytesIO(z.read(_STATE)), weights_only=True)
+        state = torch.load(io.BytesIO(_read_member(z, _STATE, MAX_COMPRESSED_STATE_BYTES)), weights_only=True)
     symbols = make_symbols(doc.get("symbols"))
     dec = Decoder(symbols, {})
     graph = _dec_graph(dec, as_list(doc.get("graph"), "graph"))
@@ -196,6 +197,27 @@ def _load(path) -> ExportedProgram:
     name = as_str(doc.get("name", "forward"), "name")
     return ExportedProgram(graph=graph, signature=SignatureSpec(params), inputs=inputs, symbols=ranges,
                            checks=checks, state=state, dynamic_shapes=dyn, name=name)
+
+
+def _read_member(z: zipfile.ZipFile, name: str, cap: int) -> bytes:
+    """A member's bytes, never inflating more than it may hold: a compressed member at most `cap`
+    bytes, a stored one at most its own size in the file; checked against the declared size
+    before reading and against the bytes actually streamed (the header may lie)."""
+    info = z.getinfo(name)
+    limit = info.compress_size if info.compress_type == zipfile.ZIP_STORED else cap
+    if info.file_size > limit:
+        raise LoadError(f"{name} would inflate to {info.file_size} bytes, more than the {limit} accepted "
+                        f"(a zip bomb, or not a file ds.save wrote)")
+    out = bytearray()
+    with z.open(info) as f:
+        while True:
+            chunk = f.read(min(1 << 20, limit + 1 - len(out)))
+            if not chunk:
+                break
+            out += chunk
+            if len(out) > limit:
+                raise LoadError(f"{name} inflates past {limit} bytes, more than its header declares")
+    return bytes(out)
 
 
 def _dec_param(dec, p):
