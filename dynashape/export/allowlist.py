@@ -77,6 +77,8 @@ def resolve_target(name: str):
         mod, attr = _DYNASHAPE[name]
         return getattr(importlib.import_module(mod), attr)
     parts = name.split(".")
+    if name.startswith("torch.ops.aten.") and len(parts) in (4, 5):
+        return _resolve_aten(name, parts)
     refuse = LoadError(f"the file calls {name!r}, which is not an allowed torch operation; only torch.*, "
                        f"torch.Tensor.*, torch.nn.functional.*, torch.special/linalg/fft.* operations and a few "
                        f"of operator.* and math.* can be loaded")
@@ -108,6 +110,21 @@ def resolve_target(name: str):
     if isinstance(obj, types.FunctionType) and (obj.__module__ or "").startswith(_OP_MODULES):
         return obj
     raise refuse
+
+
+def _resolve_aten(name: str, parts: list[str]):
+    """`torch.ops.aten.<op>[.<overload>]` for the ATen operators that have symbolic rules."""
+    from ..tracing.meta.aten import SAME_AS_TORCH, OWN_RULES
+    op, overload = parts[3], (parts[4] if len(parts) == 5 else None)
+    if op not in SAME_AS_TORCH + OWN_RULES or not all(p.isidentifier() for p in parts) or \
+            (overload is not None and (overload.startswith("_") or "out" in overload)):
+        raise LoadError(f"the file calls {name!r}; of torch.ops.aten only the operators dynashape has rules for "
+                        f"can be loaded")
+    packet = getattr(torch.ops.aten, op, None)
+    target = packet if overload is None or packet is None else getattr(packet, overload, None)
+    if target is None:
+        raise LoadError(f"the file calls {name!r}, which this torch does not have")
+    return target
 
 
 def _same_target(a, b) -> bool:

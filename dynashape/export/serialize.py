@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import io
 import json
+import math
 import os
+import re
 import zipfile
 
 import torch
@@ -50,6 +52,7 @@ def save(ep: ExportedProgram, path) -> None:
     doc["ranges"] = {str(s): {"lo": i.lo, "hi": i.hi, "dim": i.dim} for s, i in ep.symbols.items()}
     for s in ep.symbols:
         enc.symbols[str(s)] = symbol_kind(s)
+    doc["data_ranges"] = {k: [_enc_bound(lo), _enc_bound(hi)] for k, (lo, hi) in ep.data_ranges.items()}
     doc["checks"] = [{"expr": enc.expr(c.expr), "text": c.text, "kind": c.kind, "location": _enc_loc(c.location)}
                      for c in ep.checks]
     doc["dynamic_shapes"] = _enc_spec(ep.dynamic_shapes)
@@ -62,6 +65,19 @@ def save(ep: ExportedProgram, path) -> None:
     with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED) as z:
         z.writestr(_PROGRAM, json.dumps(doc, separators=(",", ":"), allow_nan=False))
         z.writestr(_STATE, buf.getvalue(), compress_type=zipfile.ZIP_STORED)
+
+
+def _enc_bound(v):
+    return None if isinstance(v, float) else v  # +-inf
+
+
+def _dec_data_ranges(j) -> dict:
+    out = {}
+    for name, b in as_obj(j or {}, "data_ranges").items():
+        want(isinstance(name, str) and re.fullmatch(r"u\d{1,9}", name) is not None, "bad data range name")
+        want(isinstance(b, list) and len(b) == 2 and all(x is None or type(x) is int for x in b), "bad data range")
+        out[name] = (-math.inf if b[0] is None else b[0], math.inf if b[1] is None else b[1])
+    return out
 
 
 def _enc_loc(loc: Location | None):
@@ -196,7 +212,8 @@ def _load(path) -> ExportedProgram:
     dyn = _dec_spec(doc.get("dynamic_shapes"), {})
     name = as_str(doc.get("name", "forward"), "name")
     return ExportedProgram(graph=graph, signature=SignatureSpec(params), inputs=inputs, symbols=ranges,
-                           checks=checks, state=state, dynamic_shapes=dyn, name=name)
+                           checks=checks, state=state, dynamic_shapes=dyn, name=name,
+                           data_ranges=_dec_data_ranges(doc.get("data_ranges")))
 
 
 def _read_member(z: zipfile.ZipFile, name: str, cap: int) -> bytes:
