@@ -38,6 +38,7 @@ from . import stance as _stance
 from .errors import RecompileError
 from .module_ints import symbolic_int_attributes
 from .policy import FrameState, make_policy
+from .dispatch import EntryCache
 from .registry import get_backend
 
 log = logging.getLogger("dynashape.recompiles")
@@ -45,6 +46,8 @@ glog = logging.getLogger("dynashape.graph")
 guard_log = logging.getLogger("dynashape.guards")
 
 _ALL: "weakref.WeakSet[CompiledFunction]" = weakref.WeakSet()  # for reset()
+_EXPLAINED = 8  # entries a recompile explains (newest first)
+_KEPT_REASONS = 500  # recompile reasons kept in stats (the newest)
 
 
 @dataclass
@@ -53,6 +56,14 @@ class Stats:
     recompile_reasons: list = field(default_factory=list)  # one line per failed entry per recompile
     graph_breaks: list = field(default_factory=list)  # why a call ran eagerly
     fallbacks: list = field(default_factory=list)  # ops without a symbolic rule that specialized
+    recompile_reasons_dropped: int = 0  # the oldest reasons beyond _KEPT_REASONS, counted only
+
+    def add_reasons(self, reasons) -> None:
+        r = self.recompile_reasons
+        r.extend(reasons)
+        if len(r) > 2 * _KEPT_REASONS:  # trimmed in batches: amortized O(1) per reason
+            self.recompile_reasons_dropped += len(r) - _KEPT_REASONS
+            del r[:-_KEPT_REASONS]
 
 
 @dataclass
@@ -95,10 +106,11 @@ class CompiledFunction:
         self._closure = getattr(code_fn, "__closure__", None) or ()
         self._freevars = getattr(getattr(code_fn, "__code__", None), "co_freevars", ())
         self._co_names = _global_names(getattr(code_fn, "__code__", None))
-        self.entries: list[Entry] = []
+        self._cache = EntryCache()
         self.stats = Stats()
         self.frame_state = FrameState()
         self._warned_limit = False
+        self._fell_back = False  # the recompile limit was hit: misses run eagerly, unexplained
         self._ran_eagerly = False  # eager_then_compile: the first call has run
         functools.update_wrapper(self, fn)
         _ALL.add(self)
@@ -115,14 +127,16 @@ class CompiledFunction:
         if self._module is not None:
             args = (self._module,) + args
         stance = _stance._current[0]
-        if stance == "force_eager" or _tracing_state._tracers:  # inside another trace: inline it
+        if stance == "force_eager" or _tracing_state.is_tracing():  # inside another trace: inline it
             return self._fn(*args, **kwargs)
         L = self._bind(args, kwargs)
-        for e in self.entries:
-            if e.guard_set.fn(L):
-                if e.fn is None:
-                    return self._fn(*args, **kwargs)
-                return e.fn(L)
+        e = self._cache.lookup(L)
+        if e is not None:
+            if e.fn is None:
+                return self._fn(*args, **kwargs)
+            return e.fn(L)
+        if self._fell_back and len(self.entries) >= config.recompile_limit:  # past the limit: eager, cheaply
+            return self._fn(*args, **kwargs)
         if stance == "eager_then_compile" and not self._ran_eagerly and not self.entries:
             self._ran_eagerly = True
             self.frame_state.update(L)  # the compile on the next call sees what already varied
@@ -132,13 +146,15 @@ class CompiledFunction:
     def _miss(self, L, args, kwargs, stance="default"):
         if self.entries:
             reasons = []
-            for e in self.entries:
+            for e in self.entries[:_EXPLAINED]:  # the newest entries say why; a count for the rest
                 reasons += e.guard_set.explain(L) or ["guards failed"]
+            if len(self.entries) > _EXPLAINED:
+                reasons.append(f"... and {len(self.entries) - _EXPLAINED} older entries")
             reasons = self.frame_state.advise(reasons, L, self)
             if stance == "fail_on_recompile":
                 raise RecompileError(f"{self.__name__} ({self._where()}) would recompile under stance "
                                      f"'fail_on_recompile':\n" + "\n".join(f"  - {r}" for r in reasons), reasons)
-            self.stats.recompile_reasons.extend(reasons)
+            self.stats.add_reasons(reasons)
             if _th.on: _th.emit("recompile", self, reasons)  # noqa: E701
             if log.isEnabledFor(logging.INFO):
                 log.info("Recompiling function %s in %s\n    triggered by:\n%s", self.__name__, self._where(),
@@ -158,6 +174,7 @@ class CompiledFunction:
         if not self._warned_limit:
             warnings.warn(msg, stacklevel=3)
             self._warned_limit = True
+        self._fell_back = True
         return self._fn(*args, **kwargs)
 
     def _where(self) -> str:
@@ -212,7 +229,7 @@ class CompiledFunction:
         fn = self.backend(graph)
         entry = Entry(guard_set, graph, fn, env, why_dynamic)
         if _th.on: _th.emit("compile_end", self, entry, tracer)  # noqa: E701
-        self.entries.insert(0, entry)
+        self._cache.add(entry)
         self.stats.compiles += 1
         self.stats.fallbacks.extend(tracer.fallbacks)
         _pgo.record(self, L)
@@ -283,14 +300,20 @@ class CompiledFunction:
             if ran is None:
                 raise
             return ran[0]
-        self.entries.insert(0, Entry(guard_set, None, None, env))
+        self._cache.add(Entry(guard_set, None, None, env))
         if _th.on: _th.emit("compile_end", self, self.entries[0], tracer)  # noqa: E701
         return ran[0] if ran is not None else self._fn(*args, **kwargs)
 
+    @property
+    def entries(self) -> list:
+        """The cache entries, newest first."""
+        return self._cache.entries
+
     def reset(self):
-        self.entries.clear()
+        self._cache.clear()
         self.stats = Stats()
         self.frame_state = FrameState()
+        self._warned_limit = self._fell_back = False
 
 
 _MISSING = object()

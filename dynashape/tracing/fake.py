@@ -19,6 +19,7 @@ class FakeTensor(torch.Tensor):
     #   ds_node:  ir Node                      the graph value this tensor is
     #   ds_device: torch.device                the device the real tensor lives on
     #   ds_tracer: the tracer that made it
+    #   ds_view:   (computed tensors) a view of another tensor: its strides follow its base's
 
     @staticmethod
     def __new__(cls, meta: torch.Tensor, *a, **k):

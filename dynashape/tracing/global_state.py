@@ -7,11 +7,17 @@ values, exactly where eager does); the others
 would change how later calls behave in ways a graph cannot replay, so they are
 graph breaks. Reads of global settings (`torch.are_deterministic_algorithms_enabled()`,
 matmul precision, ...) are recorded so the guards check the same value at each call.
+
+The patches are process-wide, so they are installed once while any thread traces
+(a count under a lock) and removed when the last trace ends; each patched function
+sends a call to the handlers of the trace running on the calling thread, and
+any other thread's call to the original.
 """
 from __future__ import annotations
 
 import builtins
 import contextlib
+import threading
 
 import torch
 
@@ -27,12 +33,33 @@ _BREAKS = ("set_default_dtype", "set_default_device", "set_rng_state", "use_dete
            "set_num_threads")
 
 
-@contextlib.contextmanager
-def intercept_global_state(tracer):
-    saved = {}
+# (owner, attribute) -> handler key; the handlers of one trace are a dict over these keys
+_POINTS = [(torch, "manual_seed", "manual_seed"), (torch.random, "manual_seed", "manual_seed"),
+           (builtins, "print", "print")]
+_POINTS += [(torch, n, n) for n in FLAG_GETTERS + _BREAKS if hasattr(torch, n)]
+_ORIGINAL = {key: getattr(owner, name) for owner, name, key in _POINTS}
+_lock = threading.Lock()
+_users = 0  # traces running, on any thread
+_local = threading.local()  # .handlers: stack of the handler dicts of this thread's traces
 
+
+def _router(key):
+    def route(*args, **kwargs):
+        stack = getattr(_local, "handlers", None)
+        if stack:
+            return stack[-1][key](*args, **kwargs)
+        return _ORIGINAL[key](*args, **kwargs)
+    route.__name__ = getattr(_ORIGINAL[key], "__name__", key)
+    route.__doc__ = getattr(_ORIGINAL[key], "__doc__", None)
+    return route
+
+
+_ROUTERS = {key: _router(key) for _, _, key in _POINTS}
+
+
+def _handlers(tracer) -> dict:
     def manual_seed(seed):
-        out = saved[(torch, "manual_seed")](seed)  # the trace's own RNG use follows eager's
+        out = _ORIGINAL["manual_seed"](seed)  # the trace's own RNG use follows eager's
         tracer.graph.call(torch.manual_seed, (tracer.to_ir(seed),), {}, None, user_location(),
                           torch.is_grad_enabled(), name_hint="manual_seed")
         return out
@@ -46,26 +73,46 @@ def intercept_global_state(tracer):
     def print_(*args, **kwargs):  # replayed with the real values when the compiled code runs
         if kwargs.get("file") is not None:
             raise GraphBreak("print(..., file=...) inside the compiled function", user_location())
-        tracer.graph.call(saved[(builtins, "print")], tracer.to_ir(args), tracer.to_ir(kwargs), None, user_location(),
+        tracer.graph.call(_ORIGINAL["print"], tracer.to_ir(args), tracer.to_ir(kwargs), None, user_location(),
                           torch.is_grad_enabled(), name_hint="print")
 
-    def flag_reader(name, getter):
+    def flag_reader(name):
+        getter = _ORIGINAL[name]
+
         def fn(*args, **kwargs):  # the value is guarded: a call under another setting recompiles
             value = getter(*args, **kwargs)
             if not args and not kwargs:
-                tracer.flag_reads.setdefault(name, (getter, value))
+                tracer.flag_reads.setdefault(f"torch.{name}()", (getter, value))
             return value
         return fn
 
-    patches = [(torch, "manual_seed", manual_seed), (torch.random, "manual_seed", manual_seed),
-               (builtins, "print", print_)]
-    patches += [(torch, n, flag_reader(f"torch.{n}()", getattr(torch, n))) for n in FLAG_GETTERS if hasattr(torch, n)]
-    patches += [(torch, n, refuse(n)) for n in _BREAKS if hasattr(torch, n)]
-    for owner, name, fn in patches:
-        saved[(owner, name)] = getattr(owner, name)
-        setattr(owner, name, fn)
+    out = {"manual_seed": manual_seed, "print": print_}
+    out.update({n: flag_reader(n) for n in FLAG_GETTERS if n in _ORIGINAL})
+    out.update({n: refuse(n) for n in _BREAKS if n in _ORIGINAL})
+    return out
+
+
+@contextlib.contextmanager
+def intercept_global_state(tracer):
+    global _users
+    stack = getattr(_local, "handlers", None)
+    if stack is None:
+        stack = _local.handlers = []
+    stack.append(_handlers(tracer))
+    with _lock:
+        if _users == 0:
+            for owner, name, key in _POINTS:
+                current = getattr(owner, name)
+                if current is not _ROUTERS[key]:  # what is there now (the user may have wrapped it)
+                    _ORIGINAL[key] = current
+                setattr(owner, name, _ROUTERS[key])
+        _users += 1
     try:
         yield
     finally:
-        for (owner, name), fn in saved.items():
-            setattr(owner, name, fn)
+        stack.pop()
+        with _lock:
+            _users -= 1
+            if _users == 0:
+                for owner, name, key in _POINTS:
+                    setattr(owner, name, _ORIGINAL[key])

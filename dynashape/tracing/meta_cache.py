@@ -57,7 +57,8 @@ def _spec(out, inputs):
         for i, t in enumerate(inputs):
             if out is t:
                 return ("input", i)
-        return ("T", tuple(out.shape), tuple(out.stride()), out.storage_offset(), out.dtype, out.requires_grad)
+        return ("T", tuple(out.shape), tuple(out.stride()), out.storage_offset(), out.dtype, out.requires_grad,
+                out._is_view())
     if isinstance(out, _PLAIN):
         return ("V", out)
     if type(out) in (list, tuple):
@@ -73,8 +74,8 @@ def _build(spec, inputs):
     if kind == "V":
         return spec[1]
     if kind == "T":
-        _, shape, stride, offset, dtype, rg = spec
-        if offset:
+        _, shape, stride, offset, dtype, rg, view = spec
+        if offset or view:  # a view stays a view (the tracer reads that its layout follows a base)
             need = offset + sum((s - 1) * st for s, st in zip(shape, stride) if s > 0) + 1
             t = torch.empty(need, dtype=dtype, device="meta").as_strided(shape, stride, offset)
         else:

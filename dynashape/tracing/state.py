@@ -1,17 +1,31 @@
-"""Whether a trace is running (annotations refuse to run inside one)."""
+"""Whether a trace is running on this thread (annotations refuse to run inside one).
+
+Per thread: another thread's calls of a compiled function, or of print, are never
+part of this thread's trace.
+"""
 from __future__ import annotations
 
-_depth = 0
-_tracers: list = []  # the tracers running, innermost last
+import threading
+
+_local = threading.local()
+
+
+def _stack() -> list:
+    try:
+        return _local.tracers
+    except AttributeError:
+        _local.tracers = []
+        return _local.tracers
 
 
 def is_tracing() -> bool:
-    return _depth > 0
+    return bool(_stack())
 
 
 def current_tracer():
-    """The innermost running tracer, or None."""
-    return _tracers[-1] if _tracers else None
+    """The innermost tracer running on this thread, or None."""
+    stack = _stack()
+    return stack[-1] if stack else None
 
 
 class tracing_scope:
@@ -19,12 +33,8 @@ class tracing_scope:
         self.tracer = tracer
 
     def __enter__(self):
-        global _depth
-        _depth += 1
-        _tracers.append(self.tracer)
+        _stack().append(self.tracer)
 
     def __exit__(self, *exc):
-        global _depth
-        _depth -= 1
-        _tracers.pop()
+        _stack().pop()
         return False

@@ -130,8 +130,13 @@ def meta_value(x):
     """A value to size meta tensors with: the hint, or an unbacked symbol's fallback."""
     if isinstance(x, SymBase):
         h = x.node.hint
-        return h if h is not None else x.node.env.size_hint(x.node.expr)
+        if h is None:
+            h = x.node.env.size_hint(x.node.expr)
+        return _PYTYPE_OF.get(x.node.pytype, lambda v: v)(h)  # a float stays a float: torch.tensor([f]) is f32
     return x
+
+
+_PYTYPE_OF = {float: float, bool: bool, int: int}
 
 
 __all__ = ["SymInt", "SymFloat", "SymBool", "install", "hint_of", "meta_value", "wrap_node"]

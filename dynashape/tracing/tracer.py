@@ -273,9 +273,11 @@ class Tracer:
             if isinstance(n, SymBase) and not n >= 2:
                 int(n)
         known = [n if isinstance(n, int) else self.env.static_value(n.node.expr) for n in t.ds_sizes]
-        strides = symbolic_strides(t)
+        is_input = getattr(t.ds_node, "kind", None) == "input"
+        # a view's strides come from its base's sizes (x[:, :3] of x (n, m) has stride m), which
+        # its own sizes do not determine: only a fresh tensor's dense layout is a formula of them
+        strides = None if getattr(t, "ds_view", False) and not is_input else symbolic_strides(t)
         if strides is not None:
-            is_input = getattr(t.ds_node, "kind", None) == "input"
             degenerate = [d for d, n in enumerate(known) if n is not None and n <= 1]
             if 0 in known:
                 degenerate = list(range(len(meta)))
@@ -428,7 +430,9 @@ class Tracer:
             for k in path:
                 n = self.graph.call(operator.getitem, (n, k), {}, self._tensor_meta(shapes[i], x),
                                     None, torch.is_grad_enabled(), name_hint=f"{node.name}_{k}")
-            return make_fake(x, shapes[i], n, device, self)
+            fake = make_fake(x, shapes[i], n, device, self)
+            fake.ds_view = x._is_view()  # its layout follows its base's, which the trace does not model
+            return fake
 
         return _wrap_out(out, wrap, ())
 

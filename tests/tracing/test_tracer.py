@@ -82,3 +82,17 @@ def test_bit_operations_on_sizes_stay_symbolic():
         return x * (n & 1) + (n >> 1) + (n | k) + (n ^ 3) + (n << 2) + (7 & n)
     cf = check_vs_eager(f, [(torch.ones(n), k) for n, k in [(4, 2), (5, 9), (7, 0), (8, -3), (9, 2)]])
     assert cf.stats.compiles == 1
+
+
+@pytest.mark.parametrize("fn", [
+    lambda x: x[..., -1:].stride(),
+    lambda x: x[:, :2].stride(),
+    lambda x: x[:, :2].is_contiguous(),
+    lambda x: x.transpose(0, 1).stride(),
+    lambda x: (x + 1).stride(),
+])
+def test_a_views_strides_follow_its_base_on_every_shape(fn):
+    cf = ds.compile(fn)
+    for shape in [(0, 0, 0), (2, 2, 1), (2, 2, 2), (3, 2, 5), (3, 4, 5), (3, 4, 1)]:
+        x = torch.zeros(shape)
+        assert cf(x) == fn(x), shape

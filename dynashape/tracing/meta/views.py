@@ -171,9 +171,8 @@ def squeeze(input, dim=None):
     out = []
     for i, s in enumerate(sizes):
         one = is_one(s) if i in dims else False
-        if one is None:  # known only at run time: keep the dim, and fail loudly if it is 1
-            assert_at_runtime(s != 1, f"squeeze: dim {i} has size 1 at run time; the compiled code "
-                                      "kept it (its size depends on data)")
+        if one is None:  # 1 or not by data: the result's rank depends on data; say so (a graph break)
+            one = bool(s == 1)  # raises DataDependentError naming the user's line
         if not one:
             out.append(s)
     return tuple(out)

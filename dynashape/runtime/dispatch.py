@@ -1,0 +1,68 @@
+"""Finding the cache entry whose guards accept a call, in about constant time.
+
+A function with few entries tries them newest first. Past a handful, entries
+whose tensor arguments all have static sizes are indexed by those sizes (one
+dict lookup finds the candidates, usually one); the others (dynamic sizes,
+no tensor arguments) are tried newest first after the index. Any entry whose
+guards accept a call is a correct one to run: the index changes which one
+wins only between entries that all accept.
+"""
+from __future__ import annotations
+
+from ..symbolic.sources import LocalSource
+
+SCAN = 4  # up to this many entries a linear scan is cheapest
+
+
+def static_spec(entry):
+    """(argument names, their sizes) when every tensor argument of the entry has static sizes."""
+    names, sizes = [], []
+    for t in entry.guard_set.tensors:
+        if t.example is not None:  # a pinned parameter: checked by identity, not a key
+            continue
+        if not isinstance(t.source, LocalSource) or any(s is None for s in t.sizes):
+            return None
+        names.append(t.source.local)
+        sizes.append(tuple(t.sizes))
+    return (tuple(names), tuple(sizes)) if names else None
+
+
+class EntryCache:
+    def __init__(self):
+        self.entries: list = []  # newest first
+        self._index: dict = {}  # names -> {sizes: [entries, newest first]}
+        self._rest: list = []  # entries not in the index, newest first
+
+    def add(self, entry) -> None:
+        self.entries.insert(0, entry)
+        spec = static_spec(entry)
+        if spec is None:
+            self._rest.insert(0, entry)
+        else:
+            self._index.setdefault(spec[0], {}).setdefault(spec[1], []).insert(0, entry)
+
+    def clear(self) -> None:
+        self.entries.clear()
+        self._index.clear()
+        self._rest.clear()
+
+    def lookup(self, L):
+        """The entry to run for the arguments `L`, or None."""
+        entries = self.entries
+        if len(entries) <= SCAN:
+            for e in entries:
+                if e.guard_set.fn(L):
+                    return e
+            return None
+        for names, table in self._index.items():
+            try:
+                key = tuple(tuple(L[n].shape) for n in names)
+            except (KeyError, AttributeError, TypeError):
+                continue
+            for e in table.get(key, ()):
+                if e.guard_set.fn(L):
+                    return e
+        for e in self._rest:
+            if e.guard_set.fn(L):
+                return e
+        return None

@@ -1,0 +1,59 @@
+"""Interception of global-state calls while tracing: per thread, and always restored."""
+import builtins
+import threading
+
+import torch
+
+import dynashape as ds
+
+
+def test_concurrent_compiles_restore_globals_and_keep_other_threads_calls():
+    real = (builtins.print, torch.manual_seed, torch.set_default_dtype)
+
+    def f(x):
+        print("traced", x.size(0))
+        return (x * 2).sum(0) + x.size(0)
+
+    errors = []
+    for _ in range(50):
+        cfs = [ds.compile(f, dynamic=d) for d in (True, False, None, True, False, None, True, False)]
+        barrier = threading.Barrier(len(cfs))
+
+        def work(cf, n):
+            try:
+                barrier.wait()
+                for k in range(2):
+                    x = torch.randn(n + k, 3)
+                    torch.testing.assert_close(cf(x), (x * 2).sum(0) + x.size(0))
+            except Exception as e:  # noqa: BLE001
+                errors.append(e)
+
+        ts = [threading.Thread(target=work, args=(cf, 2 + i)) for i, cf in enumerate(cfs)]
+        [t.start() for t in ts]
+        [t.join(30) for t in ts]
+        assert not errors, errors[0]
+        assert (builtins.print, torch.manual_seed, torch.set_default_dtype) == real
+
+
+def test_another_threads_print_is_not_captured_into_a_trace():
+    started, release = threading.Event(), threading.Event()
+
+    def f(x):
+        started.set()
+        release.wait(10)  # hold the trace open while the other thread prints
+        return x + 1
+
+    cf = ds.compile(f)
+    t = threading.Thread(target=cf, args=(torch.ones(2),))
+    t.start()
+    started.wait(10)
+    import io
+    import contextlib
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        print("from the main thread")
+    release.set()
+    t.join(10)
+    assert "from the main thread" in buf.getvalue()
+    assert not any("print" in n.name for n in cf.entries[0].graph.nodes)
+    torch.set_default_dtype(torch.float32)  # works outside any trace
