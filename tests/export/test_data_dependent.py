@@ -96,3 +96,19 @@ def test_range_constraints_list_the_bounds_of_data_dependent_sizes():
     assert sorted(v for k, v in ranges.items() if k.startswith("u")) == [(0, 4), (0, 4)]
     assert roundtrip(ep).range_constraints == ranges
     check_vs_eager(ep, f, args, n=0, extra=[(torch.zeros(2, 2), torch.zeros(2, 2, dtype=torch.bool))])
+
+
+def test_builtin_max_and_min_of_a_data_dependent_value_become_symbolic():
+    def f(x):
+        return torch.zeros(max(x.sum().item(), 1024)), min([x.size(0), x[0].item(), 7])
+    ep = ds.export(f, (torch.tensor([3, 4]),))
+    assert "Max(1024, u0)" in str(ep.graph)
+    for x in (torch.tensor([3, 4]), torch.tensor([1000, 40]), torch.tensor([-5, 2])):
+        (got, m), (want, n) = ep(x), f(x)
+        assert torch.equal(got, want) and m == n
+
+
+def test_builtin_max_is_itself_again_after_the_trace():
+    import builtins
+    ds.export(lambda x: x * max(x.size(0), 3), (torch.randn(4),))
+    assert builtins.max.__module__ == "builtins" and max(2, 5) == 5
