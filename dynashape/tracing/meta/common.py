@@ -41,7 +41,7 @@ def is_one(s, oblivious: bool = False):
     size-oblivious size (a Dim with min=1) counts as >= 2 without a guard."""
     if isinstance(s, int):
         return s == 1
-    if oblivious and isinstance(s, SymBase):
+    if oblivious and isinstance(s, SymBase) and s.node.hint != 1:  # a size that is 1 here: an exact guard
         v = s.node.env.oblivious_value(sympy.Eq(s.node.expr, 1))
         if v is not None:
             return bool(v)
