@@ -37,6 +37,7 @@ FORMAT = "dynashape.ExportedProgram"
 FORMAT_VERSION = 1
 _PROGRAM, _STATE = "program.json", "state.pt"
 MAX_PROGRAM_BYTES = 8 << 20  # program.json: ~20k graph nodes; parsed JSON may take ~20x its size in memory
+MAX_PROGRAM_CONTAINERS = 1 << 20  # ~60 MB parsed; a graph node uses about ten
 MAX_COMPRESSED_STATE_BYTES = 64 << 20  # state.pt as save writes it is stored, bounded by the file size itself
 
 
@@ -174,6 +175,9 @@ def _load(path) -> ExportedProgram:
         names = set(z.namelist())
         want(_PROGRAM in names and _STATE in names, f"it has no {_PROGRAM} and {_STATE}")
         raw = _read_member(z, _PROGRAM, MAX_PROGRAM_BYTES)
+        # parsed, each JSON list or object costs ~60 bytes however short its text: bound their number
+        want(raw.count(b"[") + raw.count(b"{") <= MAX_PROGRAM_CONTAINERS,
+             f"program.json nests more than {MAX_PROGRAM_CONTAINERS} lists and objects")
         doc = as_obj(json.loads(raw.decode("utf-8")), "program.json")
         fmt, version = doc.get("format"), doc.get("version")
         if fmt != FORMAT:

@@ -355,3 +355,14 @@ def test_zip_bombs_are_refused_before_they_inflate():
         assert "cannot load" in str(e.value), name
     grown_mb = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - peak0) / 1024
     assert grown_mb < 50, grown_mb  # nothing was inflated
+
+
+def test_a_program_json_of_many_tiny_containers_is_refused_before_parsing():
+    import time
+    good = zipfile.ZipFile(io.BytesIO(_bytes(_small())))
+    blob = _zip_with(b'{"format": "dynashape.ExportedProgram", "pad": [' + b"{}," * (2 << 20) + b"{}]}",
+                     good.read("state.pt"))
+    t = time.monotonic()
+    with pytest.raises(LoadError, match="lists and objects"):
+        ds.load(io.BytesIO(blob))
+    assert time.monotonic() - t < 2.0
