@@ -77,6 +77,8 @@ def resolve_target(name: str):
         mod, attr = _DYNASHAPE[name]
         return getattr(importlib.import_module(mod), attr)
     parts = name.split(".")
+    if name.startswith("torch.ops.aten.") and len(parts) in (4, 5):
+        return _resolve_aten(name, parts)
     refuse = LoadError(f"the file calls {name!r}, which is not an allowed torch operation; only torch.*, "
                        f"torch.Tensor.*, torch.nn.functional.*, torch.special/linalg/fft.* operations and a few "
                        f"of operator.* and math.* can be loaded")
@@ -108,6 +110,21 @@ def resolve_target(name: str):
     if isinstance(obj, types.FunctionType) and (obj.__module__ or "").startswith(_OP_MODULES):
         return obj
     raise refuse
+
+
+def _resolve_aten(name: str, parts: list[str]):
+    """`torch.ops.aten.<op>[.<overload>]` for the ATen operators that have symbolic rules."""
+    from ..tracing.meta.aten import SAME_AS_TORCH, OWN_RULES
+    op, overload = parts[3], (parts[4] if len(parts) == 5 else None)
+    if op not in SAME_AS_TORCH + OWN_RULES or not all(p.isidentifier() for p in parts) or \
+            (overload is not None and (overload.startswith("_") or "out" in overload)):
+        raise LoadError(f"the file calls {name!r}; of torch.ops.aten only the operators dynashape has rules for "
+                        f"can be loaded")
+    packet = getattr(torch.ops.aten, op, None)
+    target = packet if overload is None or packet is None else getattr(packet, overload, None)
+    if target is None:
+        raise LoadError(f"the file calls {name!r}, which this torch does not have")
+    return target
 
 
 def _same_target(a, b) -> bool:
@@ -164,41 +181,92 @@ def make_symbols(table) -> dict[str, sympy.Symbol]:
     return out
 
 
+MAX_EXPR_CHARS = 10_000  # the longest printed expression read
+MAX_DEGREE = 64  # the highest polynomial degree an expression may reach (shape formulas are low-degree)
+MAX_BITS = 512  # the largest magnitude, in bits, of any number an expression may compute
+MAX_DEPTH = 100  # the deepest nesting of an expression
+
+
 def parse_expr(text, symbols: dict[str, sympy.Symbol]) -> sympy.Basic:
     """A sympy expression from its printed form, reading only arithmetic, comparisons, the
-    shape functions and the given symbols (no evaluation of Python code)."""
-    if not isinstance(text, str) or len(text) > 10_000:
+    shape functions and the given symbols (no evaluation of Python code).
+
+    Before sympy builds anything, the reader bounds what it would cost: the nesting depth, the
+    degree in the symbols and the size of every number (`((9**64)**64)**64` is refused, not
+    computed), so any expression is read in milliseconds.
+    """
+    if not isinstance(text, str) or len(text) > MAX_EXPR_CHARS:
         raise LoadError(f"a symbolic expression must be a (short) string, got {text!r:.60}")
     try:
         tree = ast.parse(text, mode="eval").body
-    except SyntaxError:
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
         raise LoadError(f"cannot read the expression {text!r:.80}") from None
 
-    def conv(n):
+    def too_big(what):
+        return LoadError(f"{what} in {text!r:.80}: a saved shape expression never needs that "
+                         f"(limits: degree {MAX_DEGREE}, numbers of {MAX_BITS} bits, nesting {MAX_DEPTH})")
+
+    def bits(v) -> float:  # log2 of the magnitude of a sympy number (numerator and denominator)
+        if v.is_Rational:
+            return max(abs(int(v.p)).bit_length(), abs(int(v.q)).bit_length())
+        if v.is_Float:
+            f = abs(float(v))
+            return math.log2(f) if f > 1 else 0
+        return 0
+
+    def conv(n, depth):
+        """(expression, degree bound, bits bound of its numbers)."""
+        if depth > MAX_DEPTH:
+            raise too_big("an expression nested too deeply")
+        d = depth + 1
         if isinstance(n, ast.Constant) and type(n.value) in (int, float, bool):
-            return sympy.true if n.value is True else sympy.false if n.value is False else sympy.sympify(n.value)
+            if n.value is True or n.value is False:
+                return (sympy.true if n.value else sympy.false), 0, 1
+            if type(n.value) is int and abs(n.value).bit_length() > MAX_BITS:
+                raise too_big("a number too large")
+            v = sympy.sympify(n.value)
+            return v, 0, bits(v)
         if isinstance(n, ast.Name):
             if n.id in symbols:
-                return symbols[n.id]
+                return symbols[n.id], 1, 0
             if n.id == "oo":
-                return sympy.oo
+                return sympy.oo, 0, 0
             raise LoadError(f"unknown symbol {n.id!r} in {text!r:.80}")
         if isinstance(n, ast.BinOp) and type(n.op) in _BINOPS:
-            left, right = conv(n.left), conv(n.right)
-            if isinstance(n.op, ast.Pow) and right.is_Number and abs(right) > 64:
-                raise LoadError(f"an exponent out of range in {text!r:.80}")
-            return _BINOPS[type(n.op)](left, right)
+            (left, dl, bl), (right, dr, br) = conv(n.left, d), conv(n.right, d)
+            if isinstance(n.op, ast.Pow):
+                if right.is_Number and abs(right) > 64:
+                    raise LoadError(f"an exponent out of range in {text!r:.80}")
+                if right.is_Number:
+                    k = abs(float(right))
+                    deg, nbits = dl * math.ceil(k), bl * k
+                else:  # `2**s0`: nothing is computed at load; the value is checked when evaluated
+                    deg, nbits = max(dl, dr), max(bl, br)
+            elif isinstance(n.op, (ast.Mult, ast.Div)):
+                deg, nbits = dl + dr, bl + br
+            else:
+                deg, nbits = max(dl, dr), max(bl, br) + 1
+            if deg > MAX_DEGREE:
+                raise too_big("a degree too high")
+            if nbits > MAX_BITS:
+                raise too_big("a number too large")
+            return _BINOPS[type(n.op)](left, right), deg, nbits
         if isinstance(n, ast.UnaryOp) and isinstance(n.op, (ast.USub, ast.UAdd, ast.Invert, ast.Not)):
-            v = conv(n.operand)
-            return -v if isinstance(n.op, ast.USub) else v if isinstance(n.op, ast.UAdd) else sympy.Not(v)
+            v, dv, bv = conv(n.operand, d)
+            return (-v if isinstance(n.op, ast.USub) else v if isinstance(n.op, ast.UAdd) else sympy.Not(v)), dv, bv
         if isinstance(n, ast.Compare) and len(n.ops) == 1 and type(n.ops[0]) in _CMPS:
-            return _CMPS[type(n.ops[0])](conv(n.left), conv(n.comparators[0]))
+            (left, dl, bl), (right, dr, br) = conv(n.left, d), conv(n.comparators[0], d)
+            return _CMPS[type(n.ops[0])](left, right), max(dl, dr), max(bl, br)
         if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in _FUNCS and not n.keywords:
-            return _FUNCS[n.func.id](*[conv(a) for a in n.args])
+            if len(n.args) > 64:
+                raise too_big("a call with too many arguments")
+            parts = [conv(a, d) for a in n.args]
+            deg, nbits = max((p[1] for p in parts), default=0), max((p[2] for p in parts), default=0) + 1
+            return _FUNCS[n.func.id](*[p[0] for p in parts]), deg, nbits
         raise LoadError(f"unexpected {type(n).__name__} in the expression {text!r:.80}")
 
     try:
-        return conv(tree)
+        return conv(tree, 0)[0]
     except LoadError:
         raise
     except Exception as e:  # sympy refusing the arguments (e.g. FloorDiv of a float)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import inspect
 import itertools
+import math
 
 import sympy
 import torch
@@ -178,7 +179,20 @@ class _Trace:
                   for p in self.sig.parameters.values()]
         dyn = _resolved_spec({k: inputs[k] for k in bound}, symbols, all_checks)
         return ExportedProgram(graph=self.graph, signature=SignatureSpec(params), inputs=inputs, symbols=symbols,
-                               checks=all_checks, state=state, dynamic_shapes=dyn, name=name)
+                               checks=all_checks, state=state, dynamic_shapes=dyn, name=name,
+                               data_ranges=self._data_ranges())
+
+    def _data_ranges(self) -> dict:
+        """The bounds of the data-dependent values the graph reads (`nonzero`'s count in [0, numel]),
+        listed by range_constraints as torch.export does; checked by the graph, not on the inputs."""
+        env, out = self.env, {}
+        for n in self.graph.nodes:
+            if n.kind == "symbol" and env.is_unbacked(n.target):
+                vr = env.var_to_range.get(n.target)
+                if vr is not None:
+                    out[str(n.target)] = (-math.inf if vr.lo.is_infinite else int(vr.lo),
+                                          math.inf if vr.hi.is_infinite else int(vr.hi))
+        return out
 
     @property
     def reps(self) -> dict:

@@ -104,7 +104,8 @@ class ExportedProgram:
     """
 
     def __init__(self, *, graph: Graph, signature: SignatureSpec, inputs: dict, symbols: dict,
-                 checks: list, state: dict, dynamic_shapes=None, name: str = "forward"):
+                 checks: list, state: dict, dynamic_shapes=None, name: str = "forward",
+                 data_ranges: dict | None = None):
         self.graph = graph
         self.signature_spec = signature
         self.signature = signature.signature()
@@ -114,6 +115,7 @@ class ExportedProgram:
         self.state_dict = state  # name -> Tensor (nn.Parameter for parameters)
         self.dynamic_shapes = dynamic_shapes
         self.name = name
+        self.data_ranges = dict(data_ranges or {})  # unbacked symbol name -> (min, max): bounds of data
         self._fn = compile_graph(graph)
         self._by_name = {str(s): s for s in symbols}
         self._check_fns = [_compile_condition(c.expr) for c in checks]
@@ -123,9 +125,12 @@ class ExportedProgram:
     # ------------------------------------------------------------ views
     @property
     def range_constraints(self) -> dict[str, tuple]:
-        """Symbol name -> (min, max) of the sizes the program accepts; max is math.inf when unbounded."""
-        return {str(s): (-math.inf if i.lo is None else i.lo, math.inf if i.hi is None else i.hi)
-                for s, i in self.symbols.items()}
+        """Symbol name -> (min, max) of the sizes the program accepts, then of the data-dependent
+        values it computes (`u0` of a nonzero: [0, numel]); max is math.inf when unbounded."""
+        out = {str(s): (-math.inf if i.lo is None else i.lo, math.inf if i.hi is None else i.hi)
+               for s, i in self.symbols.items()}
+        out.update(self.data_ranges)
+        return out
 
     @property
     def code(self) -> str:

@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import io
 import json
+import math
 import os
+import re
 import zipfile
 
 import torch
@@ -34,6 +36,9 @@ from .program import (STATE, Check, ConstSpec, DictSpec, ExportedProgram, SeqSpe
 FORMAT = "dynashape.ExportedProgram"
 FORMAT_VERSION = 1
 _PROGRAM, _STATE = "program.json", "state.pt"
+MAX_PROGRAM_BYTES = 8 << 20  # program.json: ~20k graph nodes; parsed JSON may take ~20x its size in memory
+MAX_PROGRAM_CONTAINERS = 1 << 20  # ~60 MB parsed; a graph node uses about ten
+MAX_COMPRESSED_STATE_BYTES = 64 << 20  # state.pt as save writes it is stored, bounded by the file size itself
 
 
 # ============================================================================ saving
@@ -48,6 +53,7 @@ def save(ep: ExportedProgram, path) -> None:
     doc["ranges"] = {str(s): {"lo": i.lo, "hi": i.hi, "dim": i.dim} for s, i in ep.symbols.items()}
     for s in ep.symbols:
         enc.symbols[str(s)] = symbol_kind(s)
+    doc["data_ranges"] = {k: [_enc_bound(lo), _enc_bound(hi)] for k, (lo, hi) in ep.data_ranges.items()}
     doc["checks"] = [{"expr": enc.expr(c.expr), "text": c.text, "kind": c.kind, "location": _enc_loc(c.location)}
                      for c in ep.checks]
     doc["dynamic_shapes"] = _enc_spec(ep.dynamic_shapes)
@@ -60,6 +66,19 @@ def save(ep: ExportedProgram, path) -> None:
     with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED) as z:
         z.writestr(_PROGRAM, json.dumps(doc, separators=(",", ":"), allow_nan=False))
         z.writestr(_STATE, buf.getvalue(), compress_type=zipfile.ZIP_STORED)
+
+
+def _enc_bound(v):
+    return None if isinstance(v, float) else v  # +-inf
+
+
+def _dec_data_ranges(j) -> dict:
+    out = {}
+    for name, b in as_obj(j or {}, "data_ranges").items():
+        want(isinstance(name, str) and re.fullmatch(r"u\d{1,9}", name) is not None, "bad data range name")
+        want(isinstance(b, list) and len(b) == 2 and all(x is None or type(x) is int for x in b), "bad data range")
+        out[name] = (-math.inf if b[0] is None else b[0], math.inf if b[1] is None else b[1])
+    return out
 
 
 def _enc_loc(loc: Location | None):
@@ -155,8 +174,10 @@ def _load(path) -> ExportedProgram:
     with zipfile.ZipFile(path) as z:
         names = set(z.namelist())
         want(_PROGRAM in names and _STATE in names, f"it has no {_PROGRAM} and {_STATE}")
-        raw = z.read(_PROGRAM)
-        want(len(raw) < 1 << 28, "program.json is too large")
+        raw = _read_member(z, _PROGRAM, MAX_PROGRAM_BYTES)
+        # parsed, each JSON list or object costs ~60 bytes however short its text: bound their number
+        want(raw.count(b"[") + raw.count(b"{") <= MAX_PROGRAM_CONTAINERS,
+             f"program.json nests more than {MAX_PROGRAM_CONTAINERS} lists and objects")
         doc = as_obj(json.loads(raw.decode("utf-8")), "program.json")
         fmt, version = doc.get("format"), doc.get("version")
         if fmt != FORMAT:
@@ -164,7 +185,7 @@ def _load(path) -> ExportedProgram:
         if version != FORMAT_VERSION:
             raise LoadError(f"it was written in format version {version!r:.20}; this dynashape reads version "
                             f"{FORMAT_VERSION}")
-        state = torch.load(io.BytesIO(z.read(_STATE)), weights_only=True)
+        state = torch.load(io.BytesIO(_read_member(z, _STATE, MAX_COMPRESSED_STATE_BYTES)), weights_only=True)
     symbols = make_symbols(doc.get("symbols"))
     dec = Decoder(symbols, {})
     graph = _dec_graph(dec, as_list(doc.get("graph"), "graph"))
@@ -195,7 +216,29 @@ def _load(path) -> ExportedProgram:
     dyn = _dec_spec(doc.get("dynamic_shapes"), {})
     name = as_str(doc.get("name", "forward"), "name")
     return ExportedProgram(graph=graph, signature=SignatureSpec(params), inputs=inputs, symbols=ranges,
-                           checks=checks, state=state, dynamic_shapes=dyn, name=name)
+                           checks=checks, state=state, dynamic_shapes=dyn, name=name,
+                           data_ranges=_dec_data_ranges(doc.get("data_ranges")))
+
+
+def _read_member(z: zipfile.ZipFile, name: str, cap: int) -> bytes:
+    """A member's bytes, never inflating more than it may hold: a compressed member at most `cap`
+    bytes, a stored one at most its own size in the file; checked against the declared size
+    before reading and against the bytes actually streamed (the header may lie)."""
+    info = z.getinfo(name)
+    limit = info.compress_size if info.compress_type == zipfile.ZIP_STORED else cap
+    if info.file_size > limit:
+        raise LoadError(f"{name} would inflate to {info.file_size} bytes, more than the {limit} accepted "
+                        f"(a zip bomb, or not a file ds.save wrote)")
+    out = bytearray()
+    with z.open(info) as f:
+        while True:
+            chunk = f.read(min(1 << 20, limit + 1 - len(out)))
+            if not chunk:
+                break
+            out += chunk
+            if len(out) > limit:
+                raise LoadError(f"{name} inflates past {limit} bytes, more than its header declares")
+    return bytes(out)
 
 
 def _dec_param(dec, p):

@@ -22,7 +22,8 @@ from dataclasses import dataclass, field
 import sympy
 
 from ..symbolic.errors import ConstraintViolationError
-from ..symbolic.functions import Mod
+from ..symbolic.functions import FloorDiv, Mod
+from ..symbolic.ranges import bound_sympy
 from ..symbolic.printer import pyexpr
 from ..symbolic.ranges import ValueRanges, int_oo
 from ..symbolic.relations import EQ, canon
@@ -86,6 +87,75 @@ def _affine(expr: sympy.Expr):
     if not (a.is_Integer and b.is_Integer):
         return None
     return sym, int(a), int(b)
+
+
+ENUMERATE_MAX = 2048  # a one-symbol guard over at most this many values is checked value by value
+
+
+def holds_on_ranges(expr, ranges) -> bool:
+    """True when `expr` holds for every value of its symbols in `ranges`, proved more closely than
+    interval arithmetic alone: `a // k` becomes `(a - m) / k` and `a % k` becomes `m` with a fresh
+    `m` in [0, k-1], so `s - s // 2 >= 1` is seen as `s/2 + m/2 >= 1`; a guard of one symbol over a
+    small range is checked at every value.
+
+    >>> s = sympy.Symbol("s", integer=True)
+    >>> holds_on_ranges(sympy.Ge(s - FloorDiv(s, 2), 1), {s: ValueRanges(2, 64)})
+    True
+    """
+    if isinstance(expr, sympy.And):
+        return all(holds_on_ranges(a, ranges) for a in expr.args)
+    if not isinstance(expr, sympy.Rel) or not all(s in ranges for s in expr.free_symbols):
+        return False
+    for prove in (_holds_without_division, _holds_at_every_value):
+        try:
+            if prove(expr, ranges):
+                return True
+        except (TypeError, ValueError, ZeroDivisionError, RecursionError):  # sympy could not decide a part
+            pass
+    return False
+
+
+def _holds_without_division(expr, ranges) -> bool:
+    ranges = dict(ranges)
+    rests: dict = {}
+    for _ in range(16):
+        inner = [f for f in expr.atoms(FloorDiv, Mod) if not f.args[0].atoms(FloorDiv, Mod)]
+        inner = [f for f in inner if f.args[1].is_Integer and f.args[1] > 0]
+        if not inner:
+            break
+        sub = {}
+        for f in inner:
+            a, k = f.args
+            m = rests.get((a, k))
+            if m is None:
+                m = rests[(a, k)] = sympy.Dummy("m", integer=True)
+                ranges[m] = ValueRanges(0, int(k) - 1)
+            sub[f] = (a - m) / k if isinstance(f, FloorDiv) else m
+        expr = expr.xreplace(sub)
+    if expr.atoms(FloorDiv, Mod):
+        return False
+    vr = bound_sympy(sympy.expand(expr.lhs - expr.rhs), ranges)
+    if isinstance(expr, sympy.Ge):
+        return bool(vr.lo >= 0)
+    if isinstance(expr, sympy.Gt):
+        return bool(vr.lo > 0)
+    if isinstance(expr, sympy.Le):
+        return bool(vr.hi <= 0)
+    if isinstance(expr, sympy.Lt):
+        return bool(vr.hi < 0)
+    if isinstance(expr, sympy.Ne):
+        return bool(vr.lo > 0 or vr.hi < 0)
+    return False
+
+
+def _holds_at_every_value(expr, ranges) -> bool:
+    if len(expr.free_symbols) != 1:
+        return False
+    (sym,) = expr.free_symbols
+    vr = ranges[sym]
+    if vr.lo == -int_oo or vr.hi == int_oo or int(vr.hi) - int(vr.lo) >= ENUMERATE_MAX:
+        return False
+    return all(expr.xreplace({sym: sympy.Integer(v)}) is sympy.true for v in range(int(vr.lo), int(vr.hi) + 1))
 
 
 class Solver:
@@ -208,8 +278,8 @@ class Solver:
             seen.add(expr)
             if any(env.is_unbacked(s) for s in expr.free_symbols):
                 continue  # data-dependent: the graph's own runtime asserts cover it
-            if env.implied_by_ranges(expr):
-                continue  # the symbols' ranges hold it (e.g. a bound the range absorbed)
+            if env.implied_by_ranges(expr) or holds_on_ranges(expr, env.var_to_range):
+                continue  # the symbols' (declared) ranges hold it (e.g. a bound the range absorbed)
             value = self.pinned(expr)
             if value is not None:  # not a replacement, but only one value passes: a specialization
                 (sym,) = expr.free_symbols

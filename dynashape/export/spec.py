@@ -133,9 +133,16 @@ class Root:
 
     @property
     def declared(self) -> ValueRanges:
-        """The range the program must accept: the Dim's, with 0/1 excluded."""
+        """The range the program must accept: the Dim's; 0 and 1 only when the user's min includes
+        them (`Dim("b", min=1)`), otherwise they stay specialized as in torch.compile."""
         hi = int_oo if self.dim._max is None else self.dim._max
-        return ValueRanges(max(self.dim.min, MIN_DYNAMIC), hi)
+        return ValueRanges(self.small_min if self.small_min is not None else max(self.dim.min, MIN_DYNAMIC), hi)
+
+    @property
+    def small_min(self) -> int | None:
+        """The user's explicit min when it is 0 or 1: the symbol is then traced size-obliviously."""
+        m = self.dim._min
+        return m if m is not None and m < MIN_DYNAMIC and type(self.dim) is Dim else None
 
 
 def resolve_spec(sig: inspect.Signature, bound: dict, dynamic_shapes, paths: ArgPaths) -> list[Site]:
@@ -329,7 +336,10 @@ def create_symbols(env: ShapeEnv, sites: list[Site], roots: dict[str, Root]) -> 
         r.source = direct[0].source if direct else RootSource(r.name)
         d = r.declared
         con = DimConstraint(r.source, d, warn_only=False, allow_relations=False, name=r.name)
-        r.symbol = env.create_symbol(r.hint, r.source, DimDynamic.DYNAMIC, d.lo, None if d.hi == int_oo else d.hi,
+        # sizes 0/1 in the user's range: reason as if >= 2 about framework checks (broadcasting,
+        # contiguity), and guard only where the program itself branches on the size
+        policy = DimDynamic.OBLIVIOUS_SIZE if r.small_min is not None else DimDynamic.DYNAMIC
+        r.symbol = env.create_symbol(r.hint, r.source, policy, d.lo, None if d.hi == int_oo else d.hi,
                                      constraint=con)
         for s in direct[1:]:
             env.var_info[r.symbol].sources.append(s.source)

@@ -27,6 +27,7 @@ _DEFAULTS: dict[str, tuple[type, object]] = {
     "pgo": (bool, True),
     "pgo_dir": (str, ""),
     "pgo_remote": (str, ""),
+    "pgo_remote_timeout": (float, 0.5),  # seconds: the most one Redis operation may take (then local only)
     "enable_compiler_collectives": (bool, False),
     "trace_dir": (str, ""),  # the structured compile trace (tlparse, `python -m dynashape report`)
     "fused_sync": (bool, False),  # backend="fused": wait for the C++ compiler instead of running eagerly meanwhile
@@ -34,6 +35,7 @@ _DEFAULTS: dict[str, tuple[type, object]] = {
 }
 _ENV = {"dynamic_sources": "DYNASHAPE_DYNAMIC_SOURCES", "unbacked_sources": "DYNASHAPE_UNBACKED_SOURCES",
         "job_id": "DYNASHAPE_JOB_ID", "pgo_remote": "DYNASHAPE_PGO_REMOTE", "pgo_dir": "DYNASHAPE_CACHE_DIR",
+        "pgo_remote_timeout": "DYNASHAPE_PGO_REMOTE_TIMEOUT",
         "trace_dir": "DYNASHAPE_TRACE", "fused_cache_dir": "DYNASHAPE_FUSED_CACHE_DIR"}
 _WATCH = {"trace_dir": tracehook.set_directory}  # knobs that low layers read as a flag
 
@@ -45,7 +47,7 @@ class Config:
         object.__setattr__(self, "_values", {k: d for k, (_, d) in _DEFAULTS.items()})
         for k, env in _ENV.items():
             if os.environ.get(env):
-                self._values[k] = os.environ[env]
+                self._values[k] = _from_env(k, env)
         for k, fn in _WATCH.items():
             fn(self._values[k])
 
@@ -59,6 +61,8 @@ class Config:
         if name not in _DEFAULTS:
             raise AttributeError(_unknown(name))
         typ = _DEFAULTS[name][0]
+        if typ is float and type(value) is int:
+            value = float(value)
         if typ is int and isinstance(value, bool) or not isinstance(value, typ):
             raise TypeError(f"config.{name} takes a {typ.__name__}, got {type(value).__name__} {value!r}")
         self._values[name] = value
@@ -90,6 +94,17 @@ class _Patch(contextlib.ContextDecorator):
         for k, v in self.saved.pop().items():
             setattr(self.cfg, k, v)
         return False
+
+
+def _from_env(knob: str, env: str):
+    typ, default = _DEFAULTS[knob]
+    try:
+        return typ(os.environ[env])
+    except ValueError:
+        import warnings
+        warnings.warn(f"{env}={os.environ[env]!r} is not a {typ.__name__}; using the default {default!r}",
+                      RuntimeWarning, stacklevel=3)
+        return default
 
 
 def _unknown(name):

@@ -20,6 +20,10 @@ of the main script (no script: the REPL, `python -c`, a test under pytest: no PG
 id); under torch.distributed the rank is appended (ranks share what they see through compiler
 collectives instead). The store is `config.pgo_dir` (env DYNASHAPE_CACHE_DIR, default
 `~/.cache/dynashape/pgo`); `config.pgo=False` turns all of this off.
+
+Writes are off the compile path: a recompile hands the profile to one background writer thread;
+`flush()` (also run at exit) writes synchronously and waits for a write in progress. A compile
+waits for Redis only to read the profile once per key, at most `config.pgo_remote_timeout`.
 """
 from __future__ import annotations
 
@@ -28,6 +32,7 @@ import inspect
 import logging
 import os
 import sys
+import threading
 import weakref
 import zlib
 
@@ -98,6 +103,11 @@ def function_id(cf) -> FunctionId | None:
 
 # ---------------------------------------------------------------------------- the profiles in memory
 _PROFILES: dict[tuple[str, str, str], Profile] = {}  # (dir, remote, key) -> profile
+_LOCK = threading.RLock()  # guards _PROFILES, every profile's contents and _PENDING; never held over I/O
+_WRITING = threading.Lock()  # one write at a time: the background writer's, or flush()'s
+_WAKE = threading.Condition(_LOCK)
+_PENDING: set = set()  # locations the background writer is to write
+_WRITER: threading.Thread | None = None
 
 
 def _location(key: str | None = None) -> tuple[str, str, str] | None:
@@ -108,7 +118,9 @@ def _location(key: str | None = None) -> tuple[str, str, str] | None:
 def _loaded(loc) -> Profile:
     p = _PROFILES.get(loc)
     if p is None:
-        p = _PROFILES[loc] = _load_stored(loc) or Profile(loc[2])
+        stored = _load_stored(loc) or Profile(loc[2])  # outside the lock: may wait for Redis
+        with _LOCK:
+            p = _PROFILES.setdefault(loc, stored)
     return p
 
 
@@ -117,7 +129,7 @@ def _parse(data: bytes | None, where: str) -> Profile | None:
         return None
     try:
         return Profile.from_json(data)
-    except ValueError as e:
+    except (ValueError, TypeError, KeyError, RecursionError, MemoryError) as e:  # anything malformed
         _store.warn_once(("bad", where), f"dynashape PGO: ignoring {where}: {e}; it will be replaced "
                                          f"when the profile is next written")
         return None
@@ -140,24 +152,72 @@ def _load_stored(loc) -> Profile | None:
 
 
 def _write(p: Profile, loc) -> None:
-    """Merge `p` into the stored profiles (under a lock / a Redis transaction), and back into `p`."""
+    """Merge `p` into the stored profiles (under a lock / a Redis transaction), and back into `p`.
+
+    Works on a snapshot, so the compile path may keep updating `p` meanwhile; `p` stays dirty
+    if it changed during the write or the write failed (the next recompile or the exit retries).
+    """
     directory, remote, key = loc
+    with _LOCK:
+        snap, generation = p.copy(), p.generation
 
     def merge(where):
         def fn(old: bytes | None) -> bytes:
             q = _parse(old, where)
             if q is not None:
-                p.absorb(q)
-            return p.to_json().encode()
+                snap.absorb(q)
+            return snap.to_json().encode()
         return fn
 
     ok = _store.update_local(directory, key, merge(_store.local_path(directory, key)))
     if remote:
         ok = _store.update_remote(remote, key, merge(f"the remote profile {key!r} at {remote}")) or ok
-    if ok:  # else stay dirty: the next recompile, or the exit, tries again
-        p.replaced.clear()
-        p.dirty = False
-    if _th.on: _th.emit("pgo_write", key, directory, remote, p, ok)  # noqa: E701
+    with _LOCK:
+        p.absorb(snap)  # what the other writers had stored
+        if ok and p.generation == generation:
+            p.replaced.clear()
+            p.dirty = False
+    if _th.on: _th.emit("pgo_write", key, directory, remote, snap, ok)  # noqa: E701
+
+
+def _schedule(loc) -> None:
+    """Hand `loc` to the background writer (started on first use, and again after a fork)."""
+    global _WRITER
+    with _WAKE:
+        _PENDING.add(loc)
+        if _WRITER is None or not _WRITER.is_alive():
+            _WRITER = threading.Thread(target=_writer_loop, name="dynashape-pgo-writer", daemon=True)
+            _WRITER.start()
+        _WAKE.notify()
+
+
+def _writer_loop() -> None:
+    while True:
+        with _WAKE:
+            while not _PENDING:
+                _WAKE.wait()
+            loc = _PENDING.pop()
+        with _WRITING:
+            p = _PROFILES.get(loc)
+            if p is not None and p.dirty:
+                _write_quietly(p, loc)
+
+
+def _write_quietly(p: Profile, loc) -> None:
+    try:
+        _write(p, loc)
+    except Exception as e:  # never fail the user's program for a profile
+        _store.warn_once(("flush", loc), f"dynashape PGO: could not write the profile {loc[2]!r}: {e}")
+
+
+def _after_fork_in_child() -> None:
+    global _LOCK, _WRITING, _WAKE, _WRITER
+    _LOCK, _WRITING, _WRITER = threading.RLock(), threading.Lock(), None  # the parent's writer is not here
+    _WAKE = threading.Condition(_LOCK)
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 # ---------------------------------------------------------------------------- runtime hooks
@@ -176,7 +236,9 @@ def seed(cf, L: dict) -> None:
     if not config.pgo or cf.dynamic is not None or not config.automatic_dynamic_shapes:
         return
     found = _profile_of(cf)
-    f = found[1].functions.get(found[0].fid) if found else None
+    with _LOCK:
+        f = found[1].functions.get(found[0].fid) if found else None
+        f = None if f is None else {"sources": {k: v for k, v in f["sources"].items()}}
     if f is None:
         return
     fs = cf.frame_state
@@ -200,6 +262,13 @@ def record(cf, L: dict) -> None:
     if found is None:
         return
     ident, p, loc = found
+    with _LOCK:
+        _record(cf, L, ident, p)
+    if p.dirty and len(cf.entries) > 1:
+        _schedule(loc)  # written in the background: a compile never waits for a store
+
+
+def _record(cf, L: dict, ident: FunctionId, p: Profile) -> None:
     f = p.function(ident)
     srcs = f["sources"]
     changed = False
@@ -218,9 +287,9 @@ def record(cf, L: dict) -> None:
             changed |= _merge_at(srcs, src, v)
         for src in fs.dynamic:
             changed |= _merge_at(srcs, src, DYN)
-    p.dirty |= changed
-    if p.dirty and len(cf.entries) > 1:
-        _write(p, loc)
+    if changed:
+        p.dirty = True
+        p.generation += 1
 
 
 def _merge_at(srcs: dict, src: Source, v) -> bool:
@@ -246,13 +315,14 @@ def _merge_at(srcs: dict, src: Source, v) -> bool:
 
 @atexit.register
 def flush() -> None:
-    """Write every profile changed since it was last written (also runs at interpreter exit)."""
-    for loc, p in list(_PROFILES.items()):
-        if p.dirty:
-            try:
-                _write(p, loc)
-            except Exception as e:  # never fail the user's program on the way out
-                _store.warn_once(("flush", loc), f"dynashape PGO: could not write the profile {loc[2]!r}: {e}")
+    """Write every profile changed since it was last written, now (also runs at interpreter exit);
+    waits for a background write in progress. A Redis server costs at most its timeout here."""
+    with _WRITING:
+        with _LOCK:
+            todo = [(loc, p) for loc, p in _PROFILES.items() if p.dirty]
+            _PENDING.clear()
+        for loc, p in todo:
+            _write_quietly(p, loc)
 
 
 # ---------------------------------------------------------------------------- user API
@@ -261,7 +331,8 @@ def profile(key: str | None = None) -> Profile:
     loc = _location(key)
     if loc is None:
         return Profile("")
-    p = _PROFILES[loc].copy() if loc in _PROFILES else Profile(loc[2])
+    with _LOCK:
+        p = _PROFILES[loc].copy() if loc in _PROFILES else Profile(loc[2])
     stored = _load_stored(loc)
     if stored is not None:
         p.absorb(stored)
@@ -312,7 +383,8 @@ def clear(key: str | None = None) -> bool:
     loc = _location(key)
     if loc is None:
         return False
-    _PROFILES.pop(loc, None)
+    with _LOCK:
+        _PROFILES.pop(loc, None)
     found = _store.remove_local(loc[0], loc[2])
     if loc[1]:
         found = _store.remove_remote(loc[1], loc[2]) or found

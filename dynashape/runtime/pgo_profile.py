@@ -26,6 +26,7 @@ import torch
 from ..symbolic.sources import ItemSource, LocalSource, SizeSource, Source
 
 DYN = "?"  # the top of the lattice: seen with different values
+MAX_PROFILE_BYTES = 64 << 20  # a bigger file is not a profile we wrote (thousands of functions fit in 1 MB)
 FORMAT, VERSION = "dynashape-pgo", 1  # a file with another format or version is ignored and replaced
 
 
@@ -160,6 +161,7 @@ class Profile:
         self.functions: dict[str, dict] = {}
         self.replaced: set[tuple[str, str]] = set()  # (fid, source) a dynamic=False compile overwrote
         self.dirty = False  # changed since last written
+        self.generation = 0  # counts changes, so a write can tell whether it saw the latest
 
     def function(self, ident: FunctionId) -> dict:
         f = self.functions.get(ident.fid)
@@ -213,16 +215,22 @@ class Profile:
     @staticmethod
     def from_json(text: str | bytes) -> "Profile":
         """Parse and validate; raises ValueError (with the reason) for anything unexpected."""
+        if len(text) > MAX_PROFILE_BYTES:
+            raise ValueError(f"larger than {MAX_PROFILE_BYTES >> 20} MB")
         try:
             data = json.loads(text)
         except (json.JSONDecodeError, UnicodeDecodeError) as e:
             raise ValueError(f"not valid JSON ({e})") from None
+        except RecursionError:  # deeply nested garbage: json recurses per level
+            raise ValueError("nested too deeply to be a profile") from None
         if not isinstance(data, dict) or data.get("format") != FORMAT:
             raise ValueError("not a dynashape PGO profile")
         if data.get("version") != VERSION:
             raise ValueError(f"written in format version {data.get('version')!r}, "
                              f"this dynashape reads version {VERSION}")
-        p = Profile(str(data.get("key", "")))
+        if not isinstance(data.get("key", ""), str):
+            raise ValueError("'key' is not a string")
+        p = Profile(data.get("key", ""))
         funcs = data.get("functions")
         if not isinstance(funcs, dict):
             raise ValueError("'functions' is not a mapping")

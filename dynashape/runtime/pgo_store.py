@@ -17,6 +17,7 @@ import time
 import warnings
 
 from .config import config
+from .pgo_profile import MAX_PROFILE_BYTES
 from .redis_store import Redis, RedisError, parse_url
 
 try:
@@ -24,12 +25,14 @@ try:
 except ImportError:  # Windows: atomic replace still holds; concurrent writers may drop an update
     fcntl = None
 
+MAX_LOCAL_BYTES = MAX_REMOTE_BYTES = MAX_PROFILE_BYTES
 LOCK_TIMEOUT = 10.0  # seconds to wait for another process's write before giving up on ours
-REMOTE_TIMEOUT = 2.0  # seconds for connecting to / hearing from the Redis server
 REMOTE_PREFIX = "dynashape:pgo:v1:"
+BREAKER_FAILURES = 2  # consecutive failed operations after which a server is not tried again
 
 _WARNED: set = set()
-_REMOTE_DOWN: set[str] = set()  # servers that failed once: not retried in this process
+_REMOTE_DOWN: set[str] = set()  # servers whose breaker is open: not tried again in this process
+_FAILURES: dict[str, int] = {}  # consecutive failed operations per server
 
 
 def warn_once(tag, msg: str) -> None:
@@ -60,9 +63,10 @@ def local_files(directory: str) -> list[str]:
 
 
 def read_path(path: str) -> bytes | None:
+    """The file's bytes; a file over MAX_LOCAL_BYTES is read only that far (the parser refuses it)."""
     try:
         with open(path, "rb") as f:
-            return f.read()
+            return f.read(MAX_LOCAL_BYTES + 1)
     except FileNotFoundError:
         return None
     except OSError as e:
@@ -130,17 +134,27 @@ def remove_local(directory: str, key: str) -> bool:
 
 # ---------------------------------------------------------------------------- remote
 def _remote(url: str):
-    """A connection, or None (with one warning per server) if it cannot be reached."""
+    """A connection whose whole use is bounded by `config.pgo_remote_timeout`, or None if the
+    server's breaker is open or it cannot be reached."""
     if url in _REMOTE_DOWN:
         return None
     try:
-        return Redis(parse_url(url), timeout=REMOTE_TIMEOUT)
+        return Redis(parse_url(url), timeout=config.pgo_remote_timeout, max_reply=MAX_REMOTE_BYTES)
     except (RedisError, ValueError) as e:
         _remote_failed(url, e)
         return None
 
 
+def _remote_ok(url: str) -> None:
+    _FAILURES.pop(url, None)
+
+
 def _remote_failed(url: str, e: Exception) -> None:
+    """Count a failed operation; at BREAKER_FAILURES in a row the breaker opens (one warning) and
+    the rest of the process uses the local store only: each failure may have cost a timeout."""
+    n = _FAILURES[url] = _FAILURES.get(url, 0) + 1
+    if n < BREAKER_FAILURES and not isinstance(e, ValueError):
+        return
     _REMOTE_DOWN.add(url)
     try:
         shown = str(parse_url(url))  # without the password
@@ -156,7 +170,9 @@ def read_remote(url: str, key: str) -> bytes | None:
         return None
     try:
         with r:
-            return r.get(REMOTE_PREFIX + key)
+            data = r.get(REMOTE_PREFIX + key)
+        _remote_ok(url)
+        return data
     except RedisError as e:
         _remote_failed(url, e)
         return None
@@ -169,6 +185,7 @@ def update_remote(url: str, key: str, merge) -> bool:
     try:
         with r:
             r.update(REMOTE_PREFIX + key, merge)
+        _remote_ok(url)
         return True
     except RedisError as e:
         _remote_failed(url, e)
@@ -181,7 +198,9 @@ def remove_remote(url: str, key: str) -> bool:
         return False
     try:
         with r:
-            return r.delete(REMOTE_PREFIX + key) > 0
+            found = r.delete(REMOTE_PREFIX + key) > 0
+        _remote_ok(url)
+        return found
     except RedisError as e:
         _remote_failed(url, e)
         return False

@@ -10,8 +10,14 @@ Only what a merge-on-write store needs: GET, SET, DEL, PING and optimistic trans
 from __future__ import annotations
 
 import socket
+import time
 from dataclasses import dataclass
 from urllib.parse import unquote, urlsplit
+
+
+MAX_REPLY = 64 << 20  # bytes: larger than any profile we write (the local reader refuses the same)
+MAX_LINE = 1 << 16  # a RESP header line is a few bytes
+MAX_ITEMS = 1 << 16  # array replies we read are a handful of items
 
 
 class RedisError(Exception):
@@ -46,18 +52,21 @@ def parse_url(url: str) -> RedisURL:
 class Redis:
     """One connection; use as a context manager.
 
-    `timeout` bounds the connect and every read, so an unreachable or stuck server costs
-    seconds, not a hang.
+    `timeout` is the budget, in seconds, for everything done on this connection (connect,
+    authenticate, and every command until it is closed), not for each socket read: a server that
+    answers slowly or trickles bytes costs at most `timeout`, then `RedisError`. A reply longer
+    than `max_reply` bytes is refused before it is read.
     """
 
-    def __init__(self, url: str | RedisURL, timeout: float = 2.0):
+    def __init__(self, url: str | RedisURL, timeout: float = 2.0, max_reply: int = MAX_REPLY):
         self.url = parse_url(url) if isinstance(url, str) else url
+        self.max_reply = max_reply
+        self._deadline = time.monotonic() + timeout
+        self._buf = bytearray()
         try:
-            self._sock = socket.create_connection((self.url.host, self.url.port), timeout=timeout)
+            self._sock = socket.create_connection((self.url.host, self.url.port), timeout=max(timeout, 1e-3))
         except OSError as e:
             raise RedisError(f"cannot connect to {self.url}: {e}") from None
-        self._sock.settimeout(timeout)
-        self._rfile = self._sock.makefile("rb")
         try:
             if self.url.password is not None:
                 auth = [self.url.username, self.url.password] if self.url.username else [self.url.password]
@@ -77,7 +86,6 @@ class Redis:
 
     def close(self) -> None:
         try:
-            self._rfile.close()
             self._sock.close()
         except OSError:
             pass
@@ -90,33 +98,73 @@ class Redis:
             b = a if isinstance(a, bytes) else str(a).encode()
             out.append(b"$%d\r\n%s\r\n" % (len(b), b))
         try:
+            self._arm()
             self._sock.sendall(b"".join(out))
             return self._read()
+        except socket.timeout:
+            raise RedisError(f"{self.url} did not answer within the time budget") from None
         except OSError as e:
             raise RedisError(f"connection to {self.url} failed: {e}") from None
 
-    def _read(self):
-        line = self._rfile.readline()
-        if not line.endswith(b"\r\n"):
+    def _arm(self) -> None:
+        """Give the next socket operation what is left of the budget."""
+        left = self._deadline - time.monotonic()
+        if left <= 0:
+            raise socket.timeout()
+        self._sock.settimeout(left)
+
+    def _fill(self) -> None:
+        self._arm()
+        chunk = self._sock.recv(65536)
+        if not chunk:
             raise RedisError(f"connection to {self.url} closed mid-reply")
-        kind, body = line[:1], line[1:-2]
+        self._buf += chunk
+
+    def _line(self) -> bytes:
+        while True:
+            i = self._buf.find(b"\r\n")
+            if i >= 0:
+                line = bytes(self._buf[:i])
+                del self._buf[:i + 2]
+                return line
+            if len(self._buf) > MAX_LINE:
+                raise RedisError(f"unexpected reply from {self.url}: a header line longer than {MAX_LINE} bytes")
+            self._fill()
+
+    def _exactly(self, n: int) -> bytes:
+        while len(self._buf) < n:
+            self._fill()
+        data = bytes(self._buf[:n])
+        del self._buf[:n]
+        return data
+
+    def _count(self, body: bytes) -> int:
+        try:
+            return int(body)
+        except ValueError:
+            raise RedisError(f"unexpected reply from {self.url}: {body[:40]!r}") from None
+
+    def _read(self, depth: int = 0):
+        line = self._line()
+        kind, body = line[:1], line[1:]
         if kind == b"+":
-            return body.decode()
+            return body.decode(errors="replace")
         if kind == b"-":
             raise RedisError(body.decode(errors="replace"))
         if kind == b":":
-            return int(body)
+            return self._count(body)
         if kind == b"$":
-            n = int(body)
+            n = self._count(body)
             if n < 0:
                 return None
-            data = self._rfile.read(n + 2)
-            if len(data) != n + 2:
-                raise RedisError(f"connection to {self.url} closed mid-reply")
-            return data[:-2]
+            if n > self.max_reply:  # refused before buffering it: a hostile server may announce gigabytes
+                raise RedisError(f"{self.url} sent a reply of {n} bytes, more than the {self.max_reply} accepted")
+            return self._exactly(n + 2)[:-2]
         if kind == b"*":
-            n = int(body)
-            return None if n < 0 else [self._read() for _ in range(n)]
+            n = self._count(body)
+            if n > MAX_ITEMS or depth > 8:
+                raise RedisError(f"unexpected reply from {self.url}: an array of {n} items")
+            return None if n < 0 else [self._read(depth + 1) for _ in range(n)]
         raise RedisError(f"unexpected reply from {self.url}: {line[:40]!r}")
 
     # ------------------------------------------------------------------ commands

@@ -301,11 +301,13 @@ class ShapeEnv:
         return out
 
     # ---------------------------------------------------------------- deciding
-    def _ranges(self, size_oblivious: bool) -> dict:
+    def _ranges(self, size_oblivious: bool, backed: bool = False) -> dict:
         if not size_oblivious:
             return self.var_to_range
         out = dict(self.var_to_range)
-        for s in self._unbacked:  # backed sizes have hints: their 0/1 questions get exact guards
+        # backed sizes have hints: their 0/1 questions get exact guards, unless `backed` (below)
+        syms = self._unbacked if not backed else [s for s, i in self.var_info.items() if i.size_like]
+        for s in syms:
             vr = out.get(s)
             if self.var_info[s].size_like and vr is not None and vr.lo < 2 <= vr.hi:  # a size known < 2 stays
                 out[s] = ValueRanges(2, vr.hi)
@@ -326,16 +328,16 @@ class ShapeEnv:
         self._static_cache[key] = out
         return out
 
-    def _decide(self, expr, size_oblivious):
-        ranges = self._ranges(size_oblivious) if size_oblivious else self.var_to_range
+    def _decide(self, expr, size_oblivious, backed: bool = False):
+        ranges = self._ranges(size_oblivious, backed) if size_oblivious else self.var_to_range
         if isinstance(expr, sympy.And):
-            vals = [self._decide(a, size_oblivious) for a in expr.args]
+            vals = [self._decide(a, size_oblivious, backed) for a in expr.args]
             return False if False in vals else (True if all(v is True for v in vals) else None)
         if isinstance(expr, sympy.Or):
-            vals = [self._decide(a, size_oblivious) for a in expr.args]
+            vals = [self._decide(a, size_oblivious, backed) for a in expr.args]
             return True if True in vals else (False if all(v is False for v in vals) else None)
         if isinstance(expr, sympy.Not):
-            v = self._decide(expr.args[0], size_oblivious)
+            v = self._decide(expr.args[0], size_oblivious, backed)
             return None if v is None else not v
         c = canon(expr) if isinstance(expr, sympy.Rel) else None
         if c is None:
@@ -429,6 +431,17 @@ class ShapeEnv:
         if v is not None:
             return v
         return self.evaluate(expr, hint, location=user_location(2))
+
+    def oblivious_value(self, expr):
+        """`expr` decided with every size-like symbol, backed ones included (OBLIVIOUS_SIZE, export
+        Dims whose range holds 0/1), counted as >= 2; None when that does not decide it. Adds no
+        guard: for framework checks whose result is right either way (is this dim 1, to broadcast?)."""
+        expr = self.simplify(sympy.sympify(expr))
+        if expr is sympy.true or expr is sympy.false:
+            return bool(expr)
+        if expr.free_symbols & self._unbacked_set():
+            return None  # data-dependent sizes keep their runtime checks
+        return self._decide(expr, True, backed=True)
 
     def _data_dependent(self, expr, location) -> DataDependentError:
         loc = location or user_location(3)

@@ -35,6 +35,14 @@ def _upper(tr, n) -> int | None:
     return None if hi == int_oo else int(hi)
 
 
+def _lower(tr, n) -> int:
+    """The smallest value `n` (an int or SymInt) can take, or 0 when unbounded below."""
+    if not isinstance(n, SymBase):
+        return int(n)
+    lo = tr.env.bound(n.node.expr).lo
+    return 0 if lo == -int_oo else int(lo)
+
+
 def _name(t) -> str:
     node = getattr(t, "ds_node", None)
     if node is not None and node.kind == "input":
@@ -182,9 +190,14 @@ def bincount(tr, func, args, kwargs):
     u_desc = f"{_name(x)}.bincount().size(0)"
     if not tr.capture_dynamic_output_shape_ops:
         raise GraphBreak(f"{u_desc} is data-dependent", user_location())
-    u = tr.new_unbacked(size_like=True, lo=int(vals.get("minlength", 0) or 0), description=u_desc)
+    minlength = vals.get("minlength")
+    minlength = 0 if minlength is None else minlength
+    lo = _lower(tr, minlength)  # a symbolic minlength (`minlength=n.item()`) bounds u by its range
+    u = tr.new_unbacked(size_like=True, lo=max(lo, 0), description=u_desc)
     res = tr._record(func, args, kwargs, _meta([u], dtype), [(u,)], x.ds_device)
     tr.bind_unbacked(u, res.ds_node, "size", 0)
+    if isinstance(minlength, SymBase):  # always true (the output has at least minlength bins)
+        tr.runtime_assert(u >= minlength, f"bincount: the output has at least minlength = {tr.env.describe(minlength.node.expr)} bins")
     return res
 
 

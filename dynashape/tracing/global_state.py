@@ -21,6 +21,8 @@ import threading
 
 import torch
 
+from ..symbolic.errors import DataDependentError
+from ..symbolic.symtypes import SymInt, sym_max, sym_min
 from ..symbolic.userloc import user_location
 from .errors import GraphBreak
 
@@ -35,7 +37,7 @@ _BREAKS = ("set_default_dtype", "set_default_device", "set_rng_state", "use_dete
 
 # (owner, attribute) -> handler key; the handlers of one trace are a dict over these keys
 _POINTS = [(torch, "manual_seed", "manual_seed"), (torch.random, "manual_seed", "manual_seed"),
-           (builtins, "print", "print")]
+           (builtins, "print", "print"), (builtins, "max", "max"), (builtins, "min", "min")]
 _POINTS += [(torch, n, n) for n in FLAG_GETTERS + _BREAKS if hasattr(torch, n)]
 _ORIGINAL = {key: getattr(owner, name) for owner, name, key in _POINTS}
 _lock = threading.Lock()
@@ -86,10 +88,29 @@ def _handlers(tracer) -> dict:
             return value
         return fn
 
-    out = {"manual_seed": manual_seed, "print": print_}
+    out = {"manual_seed": manual_seed, "print": print_, "max": _min_max("max", sym_max),
+           "min": _min_max("min", sym_min)}
     out.update({n: flag_reader(n) for n in FLAG_GETTERS if n in _ORIGINAL})
     out.update({n: refuse(n) for n in _BREAKS if n in _ORIGINAL})
     return out
+
+
+def _min_max(name, sym_fn):
+    """Builtin max/min of ints where one depends on data (`max(x.item(), 1024)`): a symbolic
+    Max/Min, as torch.export gives, instead of deciding the comparison."""
+    def fn(*args, **kwargs):
+        try:
+            return _ORIGINAL[name](*args, **kwargs)
+        except DataDependentError:
+            items = list(args[0]) if len(args) == 1 and isinstance(args[0], (list, tuple)) else list(args)
+            if kwargs or len(items) < 2 or not all(isinstance(v, (int, SymInt)) and not isinstance(v, bool)
+                                                   for v in items):
+                raise
+            out = items[0]
+            for v in items[1:]:
+                out = sym_fn(out, v)
+            return out
+    return fn
 
 
 @contextlib.contextmanager

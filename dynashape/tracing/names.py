@@ -5,7 +5,12 @@ import importlib
 
 
 def target_name(target) -> str:
-    """`torch.cat`, `torch.Tensor.add`, `torch.nn.functional.linear` …"""
+    """`torch.cat`, `torch.Tensor.add`, `torch.nn.functional.linear`, `torch.ops.aten.slice.Tensor` …"""
+    kind = type(target).__name__
+    if kind == "OpOverload":
+        return f"torch.ops.{target.namespace}.{target.overloadpacket.__name__}.{target._overloadname}"
+    if kind == "OpOverloadPacket" and "::" in getattr(target, "_qualified_op_name", ""):
+        return "torch.ops." + target._qualified_op_name.replace("::", ".")
     qual = getattr(target, "__qualname__", None) or getattr(target, "__name__", None) or repr(target)
     mod = getattr(target, "__module__", None)
     owner = getattr(target, "__self__", None)

@@ -10,6 +10,7 @@ import torch
 
 import dynashape as ds
 from dynashape import Dim
+from tests.export.common import check_vs_eager
 
 
 def paste_fixes(err: Exception, dims: dict) -> dict:
@@ -153,3 +154,29 @@ def test_every_violation_is_reported_once():
     fixes = text.split("Suggested fixes:")[1]
     assert "a = Dim('a', max=6)" in fixes and "b = a + 1" in fixes
     assert fixes.index("a = Dim") < fixes.index("b = a + 1")  # the root first, so it pastes in order
+
+
+# ---------------------------------------------------------------------------- guards that hold on the declared range
+@pytest.mark.parametrize("fn", [
+    lambda x: x[: x.size(0) // 2 + 1] * 2,  # guards s0 - s0 // 2 >= 1: true for every s0 >= 1
+    lambda x: x[: x.size(0) % 2 + 1] + 1,  # s0 % 2 + 1 <= s0: true for every s0 >= 2
+    lambda x: x[: (x.size(0) + 1) // 2].sum(0),
+], ids=["half-plus-one", "mod-plus-one", "ceil-half"])
+def test_a_guard_that_holds_on_the_whole_declared_range_is_not_a_violation(fn):
+    ep = ds.export(fn, (torch.randn(6, 4),), dynamic_shapes={"x": {0: Dim("b", max=64)}})
+    assert list(ep.range_constraints.values()) == [(2, 64)]
+    check_vs_eager(ep, fn, (torch.randn(6, 4),), extra=[(torch.randn(n, 4),) for n in (2, 3, 17, 64)])
+
+
+def test_holds_on_ranges_proves_floor_division_guards_and_refuses_false_ones():
+    import sympy
+    from dynashape.export.solve import holds_on_ranges
+    from dynashape.symbolic.functions import FloorDiv, Mod
+    from dynashape.symbolic.ranges import ValueRanges, int_oo
+    s = sympy.Symbol("s0", integer=True, nonnegative=True)
+    unbounded = {s: ValueRanges(2, int_oo)}
+    assert holds_on_ranges(sympy.Ge(s - FloorDiv(s, 2), 1), unbounded)
+    assert holds_on_ranges(sympy.Le(Mod(s, 3), 2), unbounded)
+    assert not holds_on_ranges(sympy.Ge(FloorDiv(s, 2), 2), unbounded)  # false at s = 2, 3
+    assert not holds_on_ranges(sympy.Eq(Mod(s, 2), 0), {s: ValueRanges(2, 64)})
+    assert holds_on_ranges(sympy.Ne(s * s, 7), {s: ValueRanges(2, 64)})  # value by value on a small range

@@ -1,4 +1,5 @@
 """The dynamic_shapes spec against the example inputs (dynashape/export/spec.py)."""
+import math
 import re
 import warnings
 
@@ -8,6 +9,7 @@ import torch
 import dynashape as ds
 from dynashape import Dim
 from dynashape.export import DerivedDim, SpecError
+from tests.export.common import check_vs_eager
 
 
 def add(x, y):
@@ -136,3 +138,26 @@ def test_hints_warn_nothing_when_the_example_is_fine():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         ds.export(add, (X, Y), dynamic_shapes={"x": {0: Dim.AUTO}, "y": {0: Dim.AUTO}})
+
+
+# ---------------------------------------------------------------------------- sizes 0 and 1 inside the user's range
+def _small_size_programs():
+    yield "scale", lambda x: x * 2, Dim("dx", min=1, max=2)
+    yield "broadcast with a static row", lambda x: (x + torch.ones(1, 3)).sum(0), Dim("dx", min=1, max=16)
+    yield "view and size arithmetic", lambda x: x.reshape(-1) * x.size(0), Dim("dx", min=0, max=9)
+    yield "slice", lambda x: x[: x.size(0)] + x.flip(0), Dim("dx", min=1)
+
+
+@pytest.mark.parametrize("name,fn,dim", list(_small_size_programs()), ids=lambda v: v if isinstance(v, str) else "")
+def test_a_dim_with_min_below_two_accepts_those_sizes(name, fn, dim):
+    ep = ds.export(fn, (torch.randn(2, 3),), dynamic_shapes={"x": {0: dim}})
+    (lo, hi), = ep.range_constraints.values()
+    assert (lo, hi) == (dim._min, dim._max if dim._max is not None else math.inf)  # the user's range
+    sizes = [n for n in (0, 1, 2, 3, 7) if dim._min <= n <= (dim._max or 99)]
+    check_vs_eager(ep, fn, (torch.randn(2, 3),), extra=[(torch.randn(n, 3),) for n in sizes])
+
+
+def test_a_branch_on_a_small_size_is_a_violation_not_a_silent_specialization():
+    with pytest.raises(ds.ConstraintViolationError, match=r"dx >= 1 satisfy the generated guard .* >= 2"):
+        ds.export(lambda x: x[1:] if x.size(0) > 1 else x, (torch.randn(3, 3),),
+                  dynamic_shapes={"x": {0: Dim("dx", min=1)}})

@@ -180,6 +180,14 @@ BAD_FILES = {
     "truncated": b'{"format": "dynashape-pgo", "version": 1, "key": "bad", "functions": {"ab',
     "foreign-version": json.dumps({"format": "dynashape-pgo", "version": 999, "functions": {}}).encode(),
     "not-a-profile": b"[1, 2, 3]",
+    "deeply-nested": b"[" * 100000 + b"]" * 100000,  # json.loads raises RecursionError
+    "garbage-bytes": bytes(range(256)) * 4,
+    "key-of-wrong-type": json.dumps({"format": "dynashape-pgo", "version": 1, "key": [1], "functions": {}}).encode(),
+    "line-of-wrong-type": json.dumps({"format": "dynashape-pgo", "version": 1, "key": "bad", "functions": {
+        "x:1:f": {"file": "f.py", "line": True, "name": "f", "hash": "x", "sources": {}}}}).encode(),
+    "size-of-wrong-type": json.dumps({"format": "dynashape-pgo", "version": 1, "key": "bad", "functions": {
+        "x:1:f": {"file": "f.py", "line": 1, "name": "f", "hash": "x",
+                  "sources": {"L['x']": {"kind": "tensor", "size": {"a": 1}, "stride": [1]}}}}}).encode(),
     "malformed-entry": json.dumps({"format": "dynashape-pgo", "version": 1, "key": "bad", "functions": {
         "x:1:f": {"file": "f.py", "line": 1, "name": "f", "hash": "x", "sources": {"L['x']": {"kind": 7}}}}}
     ).encode(),
@@ -412,3 +420,123 @@ def test_the_seed_s_example_profile_renders_as_in_the_docs():
         "  L['y']: tensor size=[?] stride=[1]",
         "  L['z']: tensor size=[?] stride=[1]",
     ]
+
+
+# ---------------------------------------------------------------------------- a misbehaving remote store
+class _FakeRedis:
+    """A Redis that answers every command after `delay` seconds ("slow"), or announces a huge GET
+    reply and trickles bytes ("trickle"); stopped by `close()`."""
+
+    def __init__(self, mode: str, delay: float = 1.0):
+        self.mode, self.delay, self.stopped = mode, delay, threading.Event()
+        self.srv = socket.socket()
+        self.srv.bind(("127.0.0.1", 0))
+        self.srv.listen(16)
+        self.srv.settimeout(0.1)
+        self.url = f"redis://127.0.0.1:{self.srv.getsockname()[1]}/0"
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while not self.stopped.is_set():
+            try:
+                c, _ = self.srv.accept()
+            except OSError:
+                continue
+            threading.Thread(target=self._serve, args=(c,), daemon=True).start()
+
+    def _serve(self, c):
+        f = c.makefile("rb")
+        with contextlib.suppress(OSError, ValueError):
+            while not self.stopped.is_set():
+                line = f.readline()
+                if not line:
+                    return
+                args = []
+                for _ in range(int(line[1:-2])):
+                    n = int(f.readline()[1:-2])
+                    args.append(f.read(n + 2)[:-2])
+                if self.mode == "trickle":
+                    c.sendall(b"$4000000000\r\n" if args[0].upper() == b"GET" else b"$10\r\n")
+                    while not self.stopped.wait(0.05):
+                        c.sendall(b"x")
+                    return
+                if self.stopped.wait(self.delay):
+                    return
+                c.sendall(b"$-1\r\n" if args[0].upper() == b"GET" else b"+OK\r\n")
+
+    def close(self):
+        self.stopped.set()
+        self.srv.close()
+
+
+@pytest.fixture
+def fresh_breaker(monkeypatch):
+    monkeypatch.setattr(pgo_store, "_REMOTE_DOWN", set())
+    monkeypatch.setattr(pgo_store, "_FAILURES", {})
+
+
+@pytest.mark.parametrize("mode", ["slow", "trickle"])
+def test_a_slow_or_trickling_redis_costs_a_compile_at_most_the_timeout(mode, fresh_breaker):
+    server = _FakeRedis(mode)
+    try:
+        with ds.config.patch(job_id=f"slow-redis-{mode}", pgo_remote=server.url, pgo_remote_timeout=0.2), \
+                warnings.catch_warnings(record=True) as record:
+            warnings.simplefilter("always")
+            cf = ds.compile(times_two)
+            cf(torch.randn(2, 3))  # warm-up: one-time costs of a first compile
+            for n in (3, 4, 5, 6):
+                t = time.monotonic()
+                cf(torch.randn(n, 3))
+                assert time.monotonic() - t < 0.2 + 0.5, n  # the read waits the timeout, the writes not at all
+            ds.pgo.flush()
+        found = pgo_warnings(record)
+        assert len(found) == 1 and "unavailable" in str(found[0].message), [str(w.message) for w in found]
+        stored = Profile.from_json(open(pgo_store.local_path(ds.config.pgo_dir, f"slow-redis-{mode}"), "rb").read())
+        assert stored.sources("times_two")["L['x']"]["size"] == ["?", 3]  # the local store kept working
+    finally:
+        server.close()
+
+
+def test_the_redis_client_budget_covers_the_whole_operation_not_each_read():
+    server = _FakeRedis("trickle")
+    try:
+        t = time.monotonic()
+        with pytest.raises(RedisError, match="4000000000 bytes"):  # refused before it is buffered
+            Redis(server.url, timeout=0.3).get("k")
+        with pytest.raises(RedisError, match="time budget"):  # a small reply that never completes
+            Redis(server.url, timeout=0.3).set("k", b"v")
+        assert time.monotonic() - t < 1.5
+    finally:
+        server.close()
+
+
+def test_the_breaker_opens_after_repeated_failures_only(fresh_breaker):
+    url = f"redis://127.0.0.1:{_free_port()}/0"
+    assert pgo_store.read_remote(url, "k") is None and url not in pgo_store._REMOTE_DOWN  # one failure: retried
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        assert pgo_store.read_remote(url, "k") is None
+    assert url in pgo_store._REMOTE_DOWN and len(pgo_warnings(record)) == 1
+
+
+def test_the_remote_timeout_is_a_float_knob():
+    with ds.config.patch(pgo_remote_timeout=1):
+        assert ds.config.pgo_remote_timeout == 1.0
+    with pytest.raises(TypeError, match="pgo_remote_timeout"):
+        ds.config.pgo_remote_timeout = "fast"
+
+
+def test_a_process_exits_promptly_and_keeps_its_profile_with_a_stuck_redis(tmp_path):
+    server = _FakeRedis("slow", delay=30.0)
+    try:
+        script = tmp_path / "train.py"
+        script.write_text(SCRIPT)
+        t = time.monotonic()
+        first, err = _run_script(script, DYNASHAPE_CACHE_DIR=str(tmp_path / "cache"), DYNASHAPE_PGO_REMOTE=server.url,
+                                 DYNASHAPE_PGO_REMOTE_TIMEOUT="0.3")
+        assert time.monotonic() - t < 20 and first["compiles"] == 2, err
+        assert "unavailable" in err  # one warning
+    finally:
+        server.close()
+    second, _ = _run_script(script, DYNASHAPE_CACHE_DIR=str(tmp_path / "cache"))  # the exit wrote the profile
+    assert second["compiles"] == 1

@@ -1,6 +1,8 @@
 """Shape helpers shared by the meta rules."""
 from __future__ import annotations
 
+import sympy
+
 from ...symbolic.errors import DataDependentError
 from ...symbolic.symtypes import SymBase
 
@@ -31,12 +33,18 @@ def norm_dims(dims, ndim: int) -> list[int]:
     return [norm_dim(d, ndim) for d in dims]
 
 
-def is_one(s):
+def is_one(s, oblivious: bool = False):
     """`s == 1`: True or False when known (a guard for a backed size), None when it depends on
     data. Callers take a path that is right for every value or check at run time: assuming a
-    data-dependent size is >= 2 would be wrong when it is 0 or 1."""
+    data-dependent size is >= 2 would be wrong when it is 0 or 1. `oblivious`: the caller's
+    result is the same whether the size is 1 or not (broadcasting it against n), so a backed
+    size-oblivious size (a Dim with min=1) counts as >= 2 without a guard."""
     if isinstance(s, int):
         return s == 1
+    if oblivious and isinstance(s, SymBase) and s.node.hint != 1:  # a size that is 1 here: an exact guard
+        v = s.node.env.oblivious_value(sympy.Eq(s.node.expr, 1))
+        if v is not None:
+            return bool(v)
     try:
         return bool(s == 1)
     except DataDependentError:
@@ -83,7 +91,7 @@ def broadcast(*shapes) -> tuple:
             continue
         known, unknown = [], []  # dims known not to be 1; dims that are 1 or not by data
         for d in dims:
-            one = is_one(d)
+            one = is_one(d, oblivious=True)
             if one is not True:
                 (known if one is False else unknown).append(d)
         if known:  # the result is that size; a data-dependent dim must be 1 or equal to it

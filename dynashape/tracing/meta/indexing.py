@@ -35,8 +35,14 @@ def _decide(cond):
 
 
 def _clamp(i, n):
-    """A slice bound as Python clamps it into [0, n]."""
-    if bool(i < 0):  # the bound's sign: user ints and sizes are backed
+    """A slice bound as Python clamps it into [0, n]. A data-dependent bound of unknown sign is
+    taken as counted from the start (checked >= 0 at run time), as torch.export does."""
+    negative = _decide(i < 0)
+    if negative is None:
+        assert_at_runtime(i >= 0, f"a slice bound computed from data must be >= 0 here: "
+                                  f"{i.node.env.describe(i.node.expr)}")
+        negative = False
+    if negative:
         i = i + n
         below = _decide(i < 0)
         return 0 if below else i if below is not None else sym_max(i, 0)

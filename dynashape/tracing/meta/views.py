@@ -15,6 +15,7 @@ import math
 
 import torch
 
+from ...symbolic.errors import DataDependentError
 from ...symbolic.symtypes import SymBase, statically_known_true, sym_max, sym_min
 from .common import (assert_at_runtime, broadcast, check_equal, is_one, is_tensor, norm_dim, norm_dims, prod,
                      same, shape)
@@ -34,8 +35,18 @@ def _size_args(args, kwargs=None, key="size"):
 
 
 def _is_minus_one(s) -> bool:
+    """Is this requested size the `-1` to infer? A size known >= 0 (read from a tensor, or ranged)
+    never is; a data-dependent one (`x.view(u0, u1)`) is taken as a size, checked >= 0 at run time,
+    as torch.export does: deciding `u0 == -1` by data would make every such view unexportable."""
     if isinstance(s, SymBase):  # an int argument may be -1; a size read from a tensor never is
-        return not statically_known_true(s >= 0) and bool(s == -1)
+        if statically_known_true(s >= 0):
+            return False
+        try:
+            return bool(s == -1)
+        except DataDependentError:
+            assert_at_runtime(s >= 0, f"a size computed from data must be >= 0 (it is never inferred as -1): "
+                                      f"{s.node.env.describe(s.node.expr)}")
+            return False
     return s == -1
 
 
