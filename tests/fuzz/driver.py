@@ -65,8 +65,13 @@ def fuzz(seed: int, seconds: float, *, out_dir: str | None = None, reduce_s: flo
     keys: dict = {}
     if out_dir:
         os.makedirs(out_dir, exist_ok=True)
+    next_note = start + 60
     try:
         while time.monotonic() - start < seconds - reserve_s:
+            if time.monotonic() > next_note:  # a sign of life on long runs
+                next_note += 60
+                log(f"  {time.monotonic() - start:.0f} s: {rep.programs} programs, {rep.failures} failures, "
+                    f"{len(keys)} kinds")
             pseed = rng.getrandbits(48)
             prog = generate(pseed)
             calls = random_calls(pseed, prog, rng.randint(*calls_per_program))

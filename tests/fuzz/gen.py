@@ -67,6 +67,7 @@ class Call:
     dims: dict  # dim variable -> size
     n: int  # the int argument
     seed: int  # data seed
+    alias: bool = False  # pass x for y when their shapes agree (f(a, a))
 
 
 def make_inputs(inputs, call: Call) -> list:
@@ -81,13 +82,15 @@ def make_inputs(inputs, call: Call) -> list:
             out.append(torch.rand(shape, generator=g) > 0.5)
         else:
             out.append(call.n)
+    if call.alias and len(out) > 1 and isinstance(out[1], torch.Tensor) and out[1].shape == out[0].shape:
+        out[1] = out[0]
     return out
 
 
 def random_call(rng: random.Random, inputs, seed: int) -> Call:
     while True:
         dims = {d: rng.choice(SIZES) for d in DIMS}
-        c = Call(dims, rng.randint(-2, 9), seed)
+        c = Call(dims, rng.randint(-2, 9), seed, rng.random() < 0.15)
         if all(math.prod(c.dims[d] if isinstance(d, str) else d for d in i.dims) <= 4096 for i in inputs):
             return c
 
@@ -103,6 +106,10 @@ def _pointwise(g):
         "torch.exp({t}.clamp(max=4))", "torch.where({t} > 0, {t}, 0.5 * {t})", "{t} / ({t}.size(0) + 1)",
         "{t} * {t}.size(-1)", "{t}.float() * 0.5", "({t} > 0).float()", "{t}.cumsum(0)", "{t}.flip(0)",
         "{t}.roll(1, 0)", "{t}.clamp(-1, 1)", "{t} * {t}.numel()", "{t}.tanh() ** 2",
+        "{t}.masked_fill({t} > 1, float('-inf')).softmax(-1)", "{t}.clamp(max=float('inf'))",
+        "torch.nan_to_num({t}.log())", "{t}.tril()", "{t}.triu(1)", "{t}.sort(-1).values", "{t}.cummax(0).values",
+        "{t}.topk(min({t}.size(-1), 2)).values", "{t}.repeat_interleave(2, 0)", "torch.broadcast_tensors({t}, {t}[:1])[1]",
+        "{t}.movedim(0, -1)", "{t}.tile((2,))", "{t}.new_tensor({t}.shape).float()",
     ])
     return e.format(t=t), t
 
@@ -237,6 +244,8 @@ def _datadep(g):
         "{t}.new_zeros(int(({t} > 0).sum()))", "{t}[{t} > 0][:1] * {u}", "{t}[{t} > 0] * 2",
         "(({t} > 0).nonzero() * 1.0) @ torch.ones({t}.dim(), 2)", "torch.tensor({t}.shape).float()",
         "{t} + len({t}.nonzero())", "torch.tensor({t}.flatten()[:3].tolist())",
+        "{t}.flatten()[{t}.flatten().argmax().item():]", "torch.where({t} > 0)[0].float()",
+        "{t}.new_zeros(({t} > 0).sum().item(), 2)", "{t}[({t} > 0).nonzero(as_tuple=True)]",
     ] + (["{t}[m]", "torch.where(m, {t}, -{t})"] if g.has_mask else []))
     return e.format(t=t, u=u), t
 

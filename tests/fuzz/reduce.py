@@ -35,6 +35,8 @@ class Reducer:
             compile(prog.source(), "<reduced>", "exec")
         except SyntaxError:
             return False
+        if not _defined_before_use(prog):
+            return False
         for f in check_program(prog, calls, modes=(self.mode,)):
             if f.signature() == self.sig:
                 self.last = f
@@ -155,12 +157,28 @@ class Reducer:
                     calls[k].dims[d] = v
                     if self.try_(self.prog, calls):
                         break
+            if self.calls[k].alias:
+                calls = copy.deepcopy(self.calls)
+                calls[k].alias = False
+                self.try_(self.prog, calls)
             for v in (0, 1, 2):
                 if abs(v) < abs(self.calls[k].n):
                     calls = copy.deepcopy(self.calls)
                     calls[k].n = v
                     if self.try_(self.prog, calls):
                         break
+
+
+def _defined_before_use(prog: Program) -> bool:
+    """Every `v3`/`s4` is assigned before it is read: a reduction must not lean on a NameError."""
+    defined = {i.name for i in prog.inputs}
+    for s in prog.body:
+        rhs = [ln.split("=", 1)[1] if ln.lstrip().startswith(s.out + " =") else ln for ln in s.lines]
+        if any(n not in defined for ln in rhs for n in re.findall(r"\b[vs]\d+\b", ln)):
+            return False
+        defined.add(s.out)
+    return all(n in defined for r in prog.ret for n in re.findall(r"\b[vs]\d+\b", r)) and \
+        all(i.name in defined for i in prog.inputs)
 
 
 def _sub(text: str, subst: dict) -> str:
@@ -192,11 +210,11 @@ from dynashape.tracing.fake import FakeTensor
 {body}
 
 INPUTS = {inputs!r}  # (name, kind, dims): kind float / mask / int
-CALLS = {calls!r}  # (sizes of the dim variables, the int argument, data seed)
+CALLS = {calls!r}  # (sizes of the dim variables, the int argument, data seed, y is x)
 MODE = {mode!r}  # dynashape.compile(..., dynamic=MODE)
 
 
-def make_inputs(dims, n, seed):
+def make_inputs(dims, n, seed, alias=False):
     g = torch.Generator().manual_seed(seed)
     out = []
     for name, kind, shape in INPUTS:
@@ -207,6 +225,8 @@ def make_inputs(dims, n, seed):
             out.append(torch.rand(shape, generator=g) > 0.5)
         else:
             out.append(n)
+    if alias and len(out) > 1 and isinstance(out[1], torch.Tensor) and out[1].shape == out[0].shape:
+        out[1] = out[0]  # the same tensor for two arguments
     return out
 
 
@@ -237,11 +257,11 @@ def main():
     warnings.simplefilter("ignore")
     ds.config.pgo = False  # no profile from an earlier run: each run starts fresh
     cf = ds.compile({name}, dynamic=MODE)
-    for i, (dims, n, seed) in enumerate(CALLS):
-        want, werr = run({name}, make_inputs(dims, n, seed))
-        args = make_inputs(dims, n, seed)
+    for i, (dims, n, seed, alias) in enumerate(CALLS):
+        want, werr = run({name}, make_inputs(dims, n, seed, alias))
+        args = make_inputs(dims, n, seed, alias)
         got, gerr = run(cf, args)
-        where = f"call {{i}} (sizes {{dims}}, n={{n}})"
+        where = f"call {{i}} (sizes {{dims}}, n={{n}}{{', y is x' if alias else ''}})"
         if werr is None and gerr is not None:
             print(f"BUG: {{where}}: compiled raised {{type(gerr).__name__}}: {{gerr}}; eager returned")
             return 1
@@ -252,15 +272,15 @@ def main():
             print(f"BUG: {{where}}: compiled raised {{type(gerr).__name__}}: {{gerr}}; "
                   f"eager raised {{type(werr).__name__}}: {{werr}}")
             return 1
-        if werr is None and (not same(want, got) or not same(make_inputs_after(dims, n, seed), args)):
+        if werr is None and (not same(want, got) or not same(make_inputs_after(dims, n, seed, alias), args)):
             print(f"BUG: {{where}}: compiled returned {{got!r}}; eager returned {{want!r}}")
             return 1
     print("OK: compiled matches eager on every call")
     return 0
 
 
-def make_inputs_after(dims, n, seed):
-    args = make_inputs(dims, n, seed)
+def make_inputs_after(dims, n, seed, alias):
+    args = make_inputs(dims, n, seed, alias)
     run({name}, args)
     return args
 
@@ -276,6 +296,6 @@ def script(f: Failure) -> str:
     body = src.split("\n\n\n", 1)[1].rstrip() if "\n\n\n" in src else src
     inputs = [(i.name, i.kind, tuple(i.dims)) for i in p.inputs]
     used = {d for i in p.inputs for d in i.dims if isinstance(d, str)}
-    calls = [({d: v for d, v in c.dims.items() if d in used}, c.n, c.seed) for c in f.calls]
+    calls = [({d: v for d, v in c.dims.items() if d in used}, c.n, c.seed, c.alias) for c in f.calls]
     return _SCRIPT.format(headline=f.headline().replace('"""', "'''"), body=body, inputs=inputs, calls=calls,
                           mode=f.mode, name=p.name)
