@@ -173,8 +173,8 @@ def _defined_before_use(prog: Program) -> bool:
     """Every `v3`/`s4` is assigned before it is read: a reduction must not lean on a NameError."""
     defined = {i.name for i in prog.inputs}
     for s in prog.body:
-        rhs = [ln.split("=", 1)[1] if ln.lstrip().startswith(s.out + " =") else ln for ln in s.lines]
-        if any(n not in defined for ln in rhs for n in re.findall(r"\b[vs]\d+\b", ln)):
+        read = {n for ln in s.lines for n in re.findall(r"\b[vs]\d+\b", ln)} - {s.out}  # it may use its own output
+        if not read <= defined:
             return False
         defined.add(s.out)
     return all(n in defined for r in prog.ret for n in re.findall(r"\b[vs]\d+\b", r)) and \
