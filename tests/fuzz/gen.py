@@ -291,9 +291,10 @@ TEMPLATES = [(_pointwise, 3), (_binary, 3), (_reduce, 2), (_view, 4), (_slice, 2
 
 
 class Generator:
-    def __init__(self, seed: int, n_refs: int = 3):
+    def __init__(self, seed: int, n_refs: int = 3, exclude: str | None = None):
         self.rng = random.Random(seed)
         self.n_refs = n_refs
+        self.exclude = re.compile(exclude) if exclude else None  # statements to leave out (known bugs)
 
     # -- operand choice
     def tensor(self, min_rank=0, prefer_input=False):
@@ -358,8 +359,10 @@ class Generator:
             ret.append(v)
         if rng.random() < 0.3:
             t = rng.choice(self.tensors)
-            ret.append(rng.choice([f"{t}.shape", f"{t}.size()", f"tuple({t}.shape)", f"{t}.stride()",
-                                   f"{t}.storage_offset()", f"{t}.is_contiguous()", f"{t}.numel()", f"{t}.dim()"]))
+            extra = rng.choice([f"{t}.shape", f"{t}.size()", f"tuple({t}.shape)", f"{t}.stride()",
+                                f"{t}.storage_offset()", f"{t}.is_contiguous()", f"{t}.numel()", f"{t}.dim()"])
+            if self.exclude is None or not self.exclude.search(extra):
+                ret.append(extra)
         return Program(self.inputs, body, ret)
 
     def _candidate(self, i: int) -> Stmt | None:
@@ -375,6 +378,8 @@ class Generator:
         out = f"s{i}" if is_int else f"v{i}"
         lines = [ln.replace("{out}", out) for ln in code] if isinstance(code, list) else [f"{out} = {code}"]
         text = "\n".join(lines)
+        if self.exclude is not None and self.exclude.search(text):
+            return None
         try:
             compiled = compile(text, "<candidate>", "exec")
         except SyntaxError:
@@ -402,5 +407,5 @@ class Generator:
         return Stmt(lines, out, src)
 
 
-def generate(seed: int) -> Program:
-    return Generator(seed).program()
+def generate(seed: int, exclude: str | None = None) -> Program:
+    return Generator(seed, exclude=exclude).program()

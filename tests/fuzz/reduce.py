@@ -191,6 +191,53 @@ def reduce(failure: Failure, budget_s: float = 20.0) -> Failure:
     return Reducer(failure, budget_s).run()
 
 
+def load_script(path: str):
+    """(Program, calls, mode) back from a script written by `script()`, to re-run or re-reduce it."""
+    from .gen import Call, Input
+    text = open(path).read()
+    ns: dict = {}
+    exec(compile(text.replace('if __name__ == "__main__":', "if False:"), path, "exec"), ns)
+    head, rest = text.split("\ndef f(", 1)
+    lines = [ln[4:] for ln in rest.split("\n\nINPUTS")[0].split("\n")[1:] if ln.startswith("    ")]
+    ret = lines.pop()[len("return ("):-1].rstrip(",")
+    defined = [n for n, _, _ in ns["INPUTS"]]
+    body: list = []
+    i = 0
+    while i < len(lines):
+        ln = lines[i]
+        if ln.startswith("if "):
+            stmt = Stmt(lines[i:i + 4], lines[i + 1].split("=")[0].strip())
+            i += 4
+        elif body and ln.startswith(body[-1].out + "."):  # `v = ...; v.add_(1)`
+            body[-1].lines.append(ln)
+            i += 1
+            continue
+        else:
+            stmt = Stmt([ln], ln.split("=")[0].strip())
+            i += 1
+        stmt.src = next((n for n in re.findall(r"\b[a-z]\w*\b", stmt.lines[-1].split("=", 1)[-1])
+                         if n in defined and not n.startswith("s")), None)
+        defined.append(stmt.out)
+        body.append(stmt)
+    prog = Program([Input(n, k, tuple(d)) for n, k, d in ns["INPUTS"]], body, _split_top(ret))
+    calls = [Call(dict(d), n, seed, alias) for d, n, seed, alias in ns["CALLS"]]
+    return prog, calls, ns["MODE"]
+
+
+def _split_top(text: str) -> list:
+    """`a, b.size(0, 1), c` -> three expressions (commas inside brackets stay)."""
+    out, depth, cur = [], 0, ""
+    for ch in text:
+        depth += ch in "([{"
+        depth -= ch in ")]}"
+        if ch == "," and depth == 0:
+            out.append(cur.strip())
+            cur = ""
+        else:
+            cur += ch
+    return out + ([cur.strip()] if cur.strip() else [])
+
+
 # ------------------------------------------------------------------ standalone scripts
 _SCRIPT = '''"""dynashape fuzz finding: {headline}
 
