@@ -23,6 +23,7 @@ import torch.nn.functional as F
 
 SIZES = [0, 1, 2, 2, 3, 3, 4, 5, 5, 6, 7, 8, 11, 13, 16, 17]  # sizes for calls: 0, 1, 2, primes
 REF_SIZES = [2, 3, 4, 5, 6, 7, 8]  # reference sizes the generator validates statements on
+FLOATS = [0.0, -0.0, 0.5, 1.5, -2.0, 3.0, math.inf, -math.inf, math.nan]  # the float argument's values
 DIMS = "ABCD"  # dim variables shared between the inputs' shapes
 MAX_NUMEL = 20000  # keeps eager fast: a candidate producing more is rejected
 
@@ -30,7 +31,7 @@ MAX_NUMEL = 20000  # keeps eager fast: a candidate producing more is rejected
 @dataclass
 class Input:
     name: str
-    kind: str  # "float" (float32 tensor), "mask" (bool tensor), "int" (a Python int argument)
+    kind: str  # "float" (float32 tensor), "mask" (bool tensor), "int" / "scalar" (a Python int / float argument)
     dims: tuple = ()  # dim variables ("A") or int constants; a tensor's shape per call
 
 
@@ -68,6 +69,7 @@ class Call:
     n: int  # the int argument
     seed: int  # data seed
     alias: bool = False  # pass x for y when their shapes agree (f(a, a))
+    a: float = 1.5  # the float argument: -0.0, inf and nan included
 
 
 def make_inputs(inputs, call: Call) -> list:
@@ -80,6 +82,8 @@ def make_inputs(inputs, call: Call) -> list:
             out.append(torch.randn(shape, generator=g))
         elif i.kind == "mask":
             out.append(torch.rand(shape, generator=g) > 0.5)
+        elif i.kind == "scalar":
+            out.append(call.a)
         else:
             out.append(call.n)
     if call.alias and len(out) > 1 and isinstance(out[1], torch.Tensor) and out[1].shape == out[0].shape:
@@ -90,7 +94,7 @@ def make_inputs(inputs, call: Call) -> list:
 def random_call(rng: random.Random, inputs, seed: int) -> Call:
     while True:
         dims = {d: rng.choice(SIZES) for d in DIMS}
-        c = Call(dims, rng.randint(-2, 9), seed, rng.random() < 0.15)
+        c = Call(dims, rng.randint(-2, 9), seed, rng.random() < 0.15, rng.choice(FLOATS))
         if all(math.prod(c.dims[d] if isinstance(d, str) else d for d in i.dims) <= 4096 for i in inputs):
             return c
 
@@ -250,6 +254,18 @@ def _datadep(g):
     return e.format(t=t, u=u), t
 
 
+def _scalar(g):
+    if not g.has_scalar:
+        return None
+    t = g.tensor()
+    e = g.rng.choice([
+        "{t} * a", "{t} + a", "{t}.clamp(max=a)", "torch.full_like({t}, a)", "{t}.masked_fill({t} > 0, a)",
+        "{t} * math.copysign(1.0, a)", "{t} * (1.0 if a > 0 else -1.0)", "{t} / a", "torch.where({t} > a, {t}, a)",
+        "{t}.new_full((2,), a)", "{t} * float(a == 0.0)", "{t} + (a if a == a else 0.0)",
+    ])
+    return e.format(t=t), t
+
+
 def _ints(g):
     t = g.tensor(min_rank=1)
     u = g.tensor(min_rank=1)
@@ -286,7 +302,7 @@ def _inplace(g):
 
 
 TEMPLATES = [(_pointwise, 3), (_binary, 3), (_reduce, 2), (_view, 4), (_slice, 2), (_index, 1), (_join, 2),
-             (_split, 1), (_matmul, 1), (_norm, 2), (_arange, 1), (_datadep, 1), (_ints, 2), (_branch, 1),
+             (_split, 1), (_matmul, 1), (_norm, 2), (_arange, 1), (_datadep, 1), (_ints, 2), (_branch, 1), (_scalar, 1),
              (_inplace, 0.3)]
 
 
@@ -338,9 +354,12 @@ class Generator:
         if self.has_mask:
             self.inputs.append(Input("m", "mask", xd))
         self.inputs.append(Input("n", "int"))
+        self.has_scalar = rng.random() < 0.3
+        if self.has_scalar:
+            self.inputs.append(Input("a", "scalar"))
         self.refs = []
         for k in range(self.n_refs):
-            c = Call({d: rng.choice(REF_SIZES) for d in DIMS}, rng.randint(1, 6), 1000 + k)
+            c = Call({d: rng.choice(REF_SIZES) for d in DIMS}, rng.randint(1, 6), 1000 + k, False, 1.5 + k)
             self.refs.append(dict(zip([i.name for i in self.inputs], make_inputs(self.inputs, c))))
         self.tensors = [i.name for i in self.inputs if i.kind in ("float",)]
         self.ints = ["n"]

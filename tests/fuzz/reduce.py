@@ -161,6 +161,10 @@ class Reducer:
                 calls = copy.deepcopy(self.calls)
                 calls[k].alias = False
                 self.try_(self.prog, calls)
+            if str(self.calls[k].a) != "1.5":
+                calls = copy.deepcopy(self.calls)
+                calls[k].a = 1.5
+                self.try_(self.prog, calls)
             for v in (0, 1, 2):
                 if abs(v) < abs(self.calls[k].n):
                     calls = copy.deepcopy(self.calls)
@@ -220,7 +224,7 @@ def load_script(path: str):
         defined.append(stmt.out)
         body.append(stmt)
     prog = Program([Input(n, k, tuple(d)) for n, k, d in ns["INPUTS"]], body, _split_top(ret))
-    calls = [Call(dict(d), n, seed, alias) for d, n, seed, alias in ns["CALLS"]]
+    calls = [Call(dict(d), n, seed, alias, float(a)) for d, n, seed, alias, a in ns["CALLS"]]
     return prog, calls, ns["MODE"]
 
 
@@ -257,11 +261,11 @@ from dynashape.tracing.fake import FakeTensor
 {body}
 
 INPUTS = {inputs!r}  # (name, kind, dims): kind float / mask / int
-CALLS = {calls!r}  # (sizes of the dim variables, the int argument, data seed, y is x)
+CALLS = {calls}  # (sizes of the dim variables, the int argument, data seed, y is x, the float argument)
 MODE = {mode!r}  # dynashape.compile(..., dynamic=MODE)
 
 
-def make_inputs(dims, n, seed, alias=False):
+def make_inputs(dims, n, seed, alias=False, a=1.5):
     g = torch.Generator().manual_seed(seed)
     out = []
     for name, kind, shape in INPUTS:
@@ -270,6 +274,8 @@ def make_inputs(dims, n, seed, alias=False):
             out.append(torch.randn(shape, generator=g))
         elif kind == "mask":
             out.append(torch.rand(shape, generator=g) > 0.5)
+        elif kind == "scalar":
+            out.append(float(a))
         else:
             out.append(n)
     if alias and len(out) > 1 and isinstance(out[1], torch.Tensor) and out[1].shape == out[0].shape:
@@ -304,11 +310,11 @@ def main():
     warnings.simplefilter("ignore")
     ds.config.pgo = False  # no profile from an earlier run: each run starts fresh
     cf = ds.compile({name}, dynamic=MODE)
-    for i, (dims, n, seed, alias) in enumerate(CALLS):
-        want, werr = run({name}, make_inputs(dims, n, seed, alias))
-        args = make_inputs(dims, n, seed, alias)
+    for i, (dims, n, seed, alias, a) in enumerate(CALLS):
+        want, werr = run({name}, make_inputs(dims, n, seed, alias, a))
+        args = make_inputs(dims, n, seed, alias, a)
         got, gerr = run(cf, args)
-        where = f"call {{i}} (sizes {{dims}}, n={{n}}{{', y is x' if alias else ''}})"
+        where = f"call {{i}} (sizes {{dims}}, n={{n}}, a={{a}}{{', y is x' if alias else ''}})"
         if werr is None and gerr is not None:
             print(f"BUG: {{where}}: compiled raised {{type(gerr).__name__}}: {{gerr}}; eager returned")
             return 1
@@ -319,15 +325,15 @@ def main():
             print(f"BUG: {{where}}: compiled raised {{type(gerr).__name__}}: {{gerr}}; "
                   f"eager raised {{type(werr).__name__}}: {{werr}}")
             return 1
-        if werr is None and (not same(want, got) or not same(make_inputs_after(dims, n, seed, alias), args)):
+        if werr is None and (not same(want, got) or not same(make_inputs_after(dims, n, seed, alias, a), args)):
             print(f"BUG: {{where}}: compiled returned {{got!r}}; eager returned {{want!r}}")
             return 1
     print("OK: compiled matches eager on every call")
     return 0
 
 
-def make_inputs_after(dims, n, seed, alias):
-    args = make_inputs(dims, n, seed, alias)
+def make_inputs_after(dims, n, seed, alias, a):
+    args = make_inputs(dims, n, seed, alias, a)
     run({name}, args)
     return args
 
@@ -343,6 +349,8 @@ def script(f: Failure) -> str:
     body = src.split("\n\n\n", 1)[1].rstrip() if "\n\n\n" in src else src
     inputs = [(i.name, i.kind, tuple(i.dims)) for i in p.inputs]
     used = {d for i in p.inputs for d in i.dims if isinstance(d, str)}
-    calls = [({d: v for d, v in c.dims.items() if d in used}, c.n, c.seed, c.alias) for c in f.calls]
+    sizes = [{d: v for d, v in c.dims.items() if d in used} for c in f.calls]
+    calls = "[" + ", ".join(f"({s!r}, {c.n}, {c.seed}, {c.alias}, {str(c.a)!r})"  # the float as text: 'inf', 'nan'
+                            for s, c in zip(sizes, f.calls)) + "]"
     return _SCRIPT.format(headline=f.headline().replace('"""', "'''"), body=body, inputs=inputs, calls=calls,
                           mode=f.mode, name=p.name)
