@@ -37,6 +37,7 @@ def _calls(f):
 
 
 # ------------------------------------------------------------------ the tool itself
+@pytest.mark.filterwarnings("ignore")  # std() of one element and the like: programs may warn
 def test_generated_programs_run_eagerly_on_the_sizes_they_were_generated_for():
     for seed in range(25):
         prog = generate(seed)
