@@ -12,7 +12,7 @@ from tests.fuzz.run import check_program
 X3, Y3 = Input("x", "float", ("A", "B", "C")), Input("y", "float", ("A", "B", "C"))
 N = Input("n", "int")
 
-# id: (statements, returned, inputs, calls as (sizes, n[, y is x[, data seed]]), dynamic=)
+# id: (statements, returned, inputs, calls as (sizes, n[, y is x[, data seed[, a]]]), dynamic=)
 CASES = {
     # ---- beyond issue 10's list
     "tolist_floats_traced_as_int64": (
@@ -67,6 +67,12 @@ CASES = {
     "aliased_inputs": (  # item 8
         [], ["y"], [Input("x", "float", ("A",)), Input("y", "float", ("A",))],
         [({"A": 3}, 0, True), ({"A": 3}, 0, False)], False),
+    "negative_zero_argument_reuses_the_zero_graph": (  # item 7
+        ["v0 = x * math.copysign(1.0, a)"], ["v0"], [Input("x", "float", ("A",)), Input("a", "scalar")],
+        [({"A": 3}, 0, False, 1, 0.0), ({"A": 3}, 0, False, 2, -0.0)], None),
+    "inf_argument_in_a_guard": (  # item 9
+        ["v0 = x + a"], ["v0"], [Input("x", "float", ("A",)), Input("a", "scalar")],
+        [({"A": 3}, 0, False, 1, float("inf")), ({"A": 3}, 0, False, 2, 1.5)], None),
     "chunk_zero_division": (  # item 10
         ["v7 = y.chunk(1)[0]"], ["v7"], [Input("y", "float", ("A", "B"))], [({"A": 0, "B": 3}, 0)], None),
     "masked_select_then_broadcast": (  # item 11
@@ -94,6 +100,7 @@ def _program(stmts, ret, inputs) -> Program:
 def test_fuzz_finding_matches_eager(name):
     stmts, ret, inputs, calls, mode = CASES[name]
     prog = _program(stmts, ret, inputs)
-    calls = [Call(dict(c[0]), c[1], c[3] if len(c) > 3 else 7 + i, len(c) > 2 and c[2]) for i, c in enumerate(calls)]
+    calls = [Call(dict(c[0]), c[1], c[3] if len(c) > 3 else 7 + i, len(c) > 2 and c[2], c[4] if len(c) > 4 else 1.5)
+             for i, c in enumerate(calls)]
     failures = check_program(prog, calls, modes=(mode,))
     assert not failures, f"{failures[0].headline()}\n{prog.source()}"
