@@ -23,6 +23,9 @@ CASES = {
         [Input("y", "float", ("A",))], [({"A": 2}, 0)], None),
     "movedim_of_a_0d_tensor": (
         ["v0 = y.sum().movedim(0, -1)"], ["v0"], [Input("y", "float", ("A",))], [({"A": 3}, 0)], True),
+    "cat_of_an_empty_data_dependent_vector_with_a_matrix": (
+        ["v3 = x - x", "v7 = v3[v3 > 0]", "v9 = torch.cat([v7, v3], 0)"], ["v9"],
+        [Input("x", "float", ("A", "B"))], [({"A": 0, "B": 0}, 0)], None),
     "cat_of_0d_tensors_raises_the_wrong_type": (
         ["v0 = y.squeeze()", "v1 = torch.cat([v0, v0])"], ["v1"],
         [Input("y", "float", ("A",))], [({"A": 1}, 0)], None),
