@@ -24,7 +24,7 @@ def main(argv=None) -> int:
     seconds = args.minutes * 60
     out = os.path.join(args.out, f"seed-{seed}")
     print(f"fuzz: seed {seed}, {args.minutes:g} min, failing programs go to {out}/", flush=True)
-    rep = fuzz(seed, seconds, out_dir=out, reduce_s=args.reduce_seconds, reserve_s=min(300.0, seconds * 0.2),
+    rep = fuzz(seed, seconds, out_dir=out, reduce_s=args.reduce_seconds, reserve_s=min(120.0, seconds * 0.1),
                exclude=args.exclude, log=lambda m: print(m, flush=True))
     print(rep.summary())
     print(f"programs {rep.programs}, calls {rep.calls}, failures {rep.failures} "
