@@ -22,13 +22,18 @@ demo: $(STAMP)
 test: $(STAMP) test-services
 	$(BIN)/python -m pytest -q -p no:cacheprovider
 
-# The shared-PGO tests start a real redis-server on loopback: install Debian's when it is
-# missing and we are root; otherwise (no root, no network) only those tests skip, saying why.
+# The shared-PGO tests start a real redis-server on loopback, and the report tests load pages
+# in headless Chromium: install Debian's when missing and we are root; otherwise (no root, no
+# network) only those tests skip, saying why.
 test-services:
 	@command -v redis-server >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 \
 	  && (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
 	      redis-server) >/dev/null 2>&1; } \
 	  || echo "note: redis-server is not installed; the Redis PGO tests will be skipped"
+	@command -v chromium >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 \
+	  && (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+	      chromium) >/dev/null 2>&1; } \
+	  || echo "note: chromium is not installed; the report's browser test will be skipped"
 
 bench: $(STAMP)
 	for f in bench/[!_]*.py; do echo "== $$f"; $(BIN)/python $$f || exit 1; done

@@ -1,4 +1,6 @@
 """`python -m dynashape pgo {show,clear,list} [KEY]`: read and manage PGO profiles.
+`python -m dynashape report DIR [-o OUT]`: an HTML report of the compile traces in DIR
+(written by a run with `DYNASHAPE_TRACE=DIR`), merging every process and rank found there.
 
 KEY is a job id (`DYNASHAPE_JOB_ID`), or the path of a script (its profile key when run without a
 job id), or a key as `pgo list` prints it. Without KEY, `show` uses `DYNASHAPE_JOB_ID` when set,
@@ -30,7 +32,12 @@ def main(argv=None) -> int:
     p.add_argument("action", choices=("show", "clear", "list"))
     p.add_argument("key", nargs="?", help="job id, script path, or key from `pgo list`")
     p.add_argument("--all", action="store_true", help="with clear: remove every profile in the store")
+    r = sub.add_parser("report", help="an HTML report of compile traces (DYNASHAPE_TRACE=DIR)")
+    r.add_argument("dir", help="a trace directory (or one trace file)")
+    r.add_argument("-o", "--out", default=None, help="output directory (default: DIR/report)")
     args = ap.parse_args(argv)
+    if args.tool == "report":
+        return _report(args.dir, args.out)
     where = pgo_store.pgo_dir() + (f" and {config.pgo_remote}" if config.pgo_remote else "")
     key = _key(args.key)
     if args.action == "list":
@@ -63,6 +70,23 @@ def main(argv=None) -> int:
             print(f"removed the PGO profile {k!r} from {where}")
         else:
             print(f"no PGO profile {k!r} in {where}")
+    return 0
+
+
+def _report(directory: str, out: str | None) -> int:
+    from .logs import report, report_html
+    if not os.path.exists(directory):
+        print(f"report: {directory} does not exist", file=sys.stderr)
+        return 2
+    runs = report.load(directory)
+    if not runs:
+        print(f"report: no dynashape trace files in {directory} (run with DYNASHAPE_TRACE={directory})",
+              file=sys.stderr)
+        return 1
+    out = out or os.path.join(directory if os.path.isdir(directory) else os.path.dirname(directory), "report")
+    index = report_html.write_site(runs, out)
+    n = sum(len(f.compiles) for r in runs for f in r.functions.values())
+    print(f"{len(runs)} run(s), {n} compile(s); open file://{os.path.abspath(index)}")
     return 0
 
 

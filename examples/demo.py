@@ -1,11 +1,20 @@
 """dynashape in one page: one compiled graph for every batch size, and why.
 
-Run with `make demo`.
+Run with `make demo`. It traces its own compiles (`ds.config.trace_dir`, like
+`DYNASHAPE_TRACE=dir`) and ends by writing the HTML report of them
+(`python -m dynashape report dir`); open the file:// path it prints.
 """
+import os
+import shutil
+import tempfile
+
 import torch
 
 import dynashape as ds
+from dynashape.logs import report, report_html, trace
 from dynashape.symbolic import DataDependentError, LocalSource, ShapeEnv, SizeSource
+
+OUT = os.path.join(tempfile.gettempdir(), "dynashape-demo")
 
 
 class TinyModel(torch.nn.Module):
@@ -22,8 +31,16 @@ class TinyModel(torch.nn.Module):
         return self.head(h).softmax(-1)
 
 
+def clip_if_positive(x):
+    if x.sum() > 0:  # depends on the data: a graph break, so this function runs eagerly
+        return x.clamp(max=1.0)
+    return x
+
+
 def main():
     torch.manual_seed(0)
+    shutil.rmtree(OUT, ignore_errors=True)  # the report shows this run only
+    ds.config.trace_dir = os.path.join(OUT, "trace")  # same as DYNASHAPE_TRACE=...: a file per process
     model = TinyModel().eval()
     compiled = ds.compile(model)  # default: static first, dynamic once a size changes
     for batch, seq in [(2, 8), (3, 8), (5, 12), (7, 20), (16, 9)]:
@@ -39,7 +56,11 @@ def main():
     print("\nits guards:", *entry.guards, sep="\n  ")
     print("\nthe generated code:\n" + entry.code)
 
-    print("the engine at work:")
+    clip = ds.compile(clip_if_positive)
+    clip(torch.randn(6))
+    print("a graph break:", *clip.stats.graph_breaks, sep="\n  ")
+
+    print("\nthe engine at work:")
     env = ShapeEnv()
     n = env.symint(10, SizeSource(LocalSource("x"), 0))
     print(f"  symbol for x.size(0): {n}, range {env.var_to_range[n.node.expr]}")
@@ -49,6 +70,11 @@ def main():
         bool(u == 0)
     except DataDependentError as e:
         print("  branching on a data-dependent size says:\n    " + str(e).replace("\n", "\n    "))
+
+    trace.finish()  # the run summary, and every record written now rather than at exit
+    site = report_html.write_site(report.load(trace.trace_file()), os.path.join(OUT, "report"))
+    print(f"\nthis run's compile trace: {trace.trace_file()}  (tlparse reads it too)")
+    print(f"its report (python -m dynashape report {os.path.dirname(trace.trace_file())}): open file://{site}")
 
 
 if __name__ == "__main__":

@@ -10,6 +10,8 @@ says in words which one failed.
 """
 from __future__ import annotations
 
+import itertools
+import math
 import operator
 from dataclasses import dataclass, field
 
@@ -109,12 +111,18 @@ def build_guards(tracer, env, *, globals_=None, closure=None, modules=(), grad_e
                                                      if s is not None]
         lines.append(f"if {' or '.join(checks)}: return False")
         if tracer.strides_observed:
-            if t.contiguous:
-                lines.append(f"if not {v}.is_contiguous(): return False")
+            if t.contiguous and t.strides == canonical_strides(t.example_shape):
+                # exactly the strides torch.empty(shape) has (is_contiguous() ignores the strides of
+                # size-1 dims and of empty tensors, which the trace may have read)
+                ns["_canonical_strides"] = canonical_strides
+                lines.append(f"if {v}.stride() != _canonical_strides({v}s): return False")
             else:
                 lines.append(f"if {v}.stride() != {t.strides!r}: return False")
-        readable.append(_tensor_text(t, tracer.strides_observed))
+        if tracer.offsets_observed:
+            lines.append(f"if {v}.storage_offset() != {t.storage_offset}: return False")
+        readable.append(_tensor_text(t, tracer.strides_observed, tracer.offsets_observed))
 
+    alias_extra = _aliasing_guards(tracer, local_of, lines, readable, ns)
     if pinned:
         ns["_pinned"] = tuple(p for p, _ in pinned)
         ns["_pinned_state"] = [st for _, st in pinned]
@@ -143,8 +151,16 @@ def build_guards(tracer, env, *, globals_=None, closure=None, modules=(), grad_e
         lines.append("if not (" + " and ".join(f"({g.code})" for g in fast) + "): return False")
     readable += [g.code for g in shape_guards]
 
-    extra = []
+    extra = alias_extra
     lines.append(f"if torch.is_grad_enabled() is not {grad_enabled}: return False")
+    # the default dtype decides factories' and Python scalars' dtypes, read or not
+    flags = {"torch.get_default_dtype()": (torch.get_default_dtype, torch.get_default_dtype())}
+    flags.update(tracer.flag_reads)
+    for text, (getter, value) in flags.items():
+        g, v = const(getter, "flag"), const(value, "v")
+        lines.append(f"if {g}() != {v}: return False")
+        readable.append(f"{text} == {value!r}")
+        extra.append((f"{g}() == {v}", f"{text} == {value!r}", (text, f"{g}()")))
     ns["_autocast_state"], ns["_autocast0"] = autocast_state, autocast_state()
     ns["_any_autocast"] = torch._C._is_any_autocast_enabled
     if any(on for on, _ in ns["_autocast0"]):
@@ -170,10 +186,64 @@ def build_guards(tracer, env, *, globals_=None, closure=None, modules=(), grad_e
         lines.append("    _seen[0] = _epoch[0]")
     lines.append("return True")
 
-    src = "def guard(L):\n" + "".join(f"    {ln}\n" for ln in lines)
+    # a guard that cannot be evaluated (a size it divides by is 0, a source that is gone) fails
+    src = ("def guard(L):\n    try:\n" + "".join(f"        {ln}\n" for ln in lines)
+           + "    except Exception:\n        return False\n")
     exec_source(src, "guards", ns)
     return GuardSet(ns["guard"], src, readable, list(tracer.tensor_inputs), list(tracer.value_inputs),
                     shape_guards, ns, extra)
+
+
+def _aliasing_guards(tracer, local_of, lines, readable, ns) -> list:
+    """Which tensor inputs are one object: the trace gave `f(a, a)` one fake for both, so the entry
+    is for that call only. When the graph mutates in place, distinct inputs must stay distinct and
+    must not share memory (the trace did not model a write seen through the other). Returns the
+    checks for `explain`."""
+    free = [(t.source, local_of[t.source]) for t in tracer.tensor_inputs if t.example is None]
+    names = [v for _, v in free]
+    extra = []
+    if tracer.mutates and len(names) >= 2:  # without in-place ops, f(a, a) computes what f(a, b) would
+        if len(names) <= 5:
+            lines.append("if " + " or ".join(f"{a} is {b}" for a, b in itertools.combinations(names, 2))
+                         + ": return False")
+        else:
+            lines.append(f"if len({{id(_t) for _t in ({', '.join(names)})}}) != {len(names)}: return False")
+        ns["_shares_memory"] = shares_memory
+        lines.append(f"if _shares_memory({', '.join(names)}): return False")
+        readable.append(f"distinct tensors, no shared memory: {', '.join(s.name() for s, _ in free)}")
+        for (a, _), (b, _) in itertools.combinations(free, 2):
+            extra.append((f"{a.name()} is not {b.name()}", f"{a.pretty()} and {b.pretty()} are different tensors "
+                          "(the function mutates in place and the trace saw them distinct)", None))
+        extra.append((f"not _shares_memory({', '.join(s.name() for s, _ in free)})",
+                      "inputs of a function that mutates in place do not share memory", None))
+    for src, first in tracer.aliases:
+        lines.append(f"if {src.code()} is not {local_of.get(first) or first.code()}: return False")
+        readable.append(f"{src.name()} is {first.name()}")
+        extra.append((f"{src.name()} is {first.name()}", f"{src.pretty()} is the same tensor as {first.pretty()} "
+                      "(as when traced)", None))
+    return extra
+
+
+def canonical_strides(shape) -> tuple:
+    """The strides of `torch.empty(shape)`."""
+    out, acc = [], 1
+    for n in reversed(shape):
+        out.append(acc)
+        acc *= max(n, 1)
+    return tuple(reversed(out))
+
+
+def shares_memory(*tensors) -> bool:
+    """Whether two of the tensors use one storage (empty storages share nothing)."""
+    seen = set()
+    for t in tensors:
+        st = t.untyped_storage()
+        if st.nbytes():
+            p = st.data_ptr()
+            if p in seen:
+                return True
+            seen.add(p)
+    return False
 
 
 def _module_state(m: torch.nn.Module):
@@ -188,27 +258,33 @@ def _module_state(m: torch.nn.Module):
     return out
 
 
-def _tensor_text(t: TensorInput, strides: bool) -> str:
+def _tensor_text(t: TensorInput, strides: bool, offset: bool = False) -> str:
     sizes = ", ".join("None" if s is None else str(s) for s in t.sizes)
     text = (f"check_tensor({t.source.name()}, {t.tensor_type.__name__}, {t.dtype}, device={str(t.device)!r}, "
             f"requires_grad={t.requires_grad}, size=[{sizes}]")
     if strides:
-        text += ", contiguous" if t.contiguous else f", stride={list(t.strides)}"
+        text += ", contiguous" if t.contiguous and t.strides == canonical_strides(t.example_shape) \
+            else f", stride={list(t.strides)}"
+    if offset:
+        text += f", storage_offset={t.storage_offset}"
     return text + ")"
 
 
 def _value_check(v: ValueInput, const):
     name = v.source.name()
     if v.kind in ("symint", "symfloat"):
-        t = v.kind[3:]
-        return f"type({name}) is {t}", f"type({name}) is {t}"
+        t = type(v.value) if v.value is not None else (int if v.kind == "symint" else float)
+        tname = t.__name__ if t in (int, float) else const(t, "type")
+        return f"type({name}) is {tname}", f"type({name}) is {t.__name__}"
     if v.kind == "const":
         val = v.value
         if val is None or isinstance(val, bool):
             return f"{name} is {val}", f"{name} is {val}"
-        if isinstance(val, (int, float, str)):
-            return (f"type({name}) is {type(val).__name__} and {name} == {val!r}",
-                    f"{name} == {val!r}")
+        if isinstance(val, (int, float, str)) or _numpy_scalar(val):
+            t = type(val)
+            tname = t.__name__ if t in (int, float, str) else const(t, "type")
+            plain = val.item() if _numpy_scalar(val) else val
+            return f"type({name}) is {tname} and {_same_value(name, plain, const)}", f"{name} == {val!r}"
         return f"{name} == {const(val)}", f"{name} == {val!r}"
     if v.kind == "type":
         code = f"type({name}) is {const(v.value, 'type')}"
@@ -220,6 +296,24 @@ def _value_check(v: ValueInput, const):
     if v.kind == "id":
         return f"{name} is {const(v.value, 'o')}", f"{name} is <the same {type(v.value).__name__}>"
     raise ValueError(v.kind)
+
+
+def _numpy_scalar(v) -> bool:
+    return type(v).__module__ == "numpy" and getattr(v, "shape", None) == () and hasattr(v, "item")
+
+
+def _same_value(name: str, val, const) -> str:
+    """`name` holds exactly `val`: nan equals nan, -0.0 is not 0.0, inf needs no global name."""
+    if isinstance(val, float):
+        if val != val:
+            return f"{name} != {name}"
+        if val == 0.0:  # 1/-0.0 is -inf: the sign shows through copysign
+            return f"{name} == 0.0 and {const(math.copysign, 'copysign')}(1.0, {name}) == {math.copysign(1.0, val)}"
+        if math.isinf(val) or type(val) is not float:
+            return f"{name} == {const(float(val), 'f')}"
+    if type(val) not in (int, float, str):  # an int or str subclass (numpy scalars, enums): by value
+        return f"{name} == {const(val)}"
+    return f"{name} == {val!r}"
 
 
 def _explain_tensor(t: TensorInput, ns) -> str | None:

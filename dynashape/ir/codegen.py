@@ -50,7 +50,7 @@ class _Emitter:
         if isinstance(a, Node):
             return a.name
         if isinstance(a, SymExpr):
-            return pyexpr(a.expr, self.sym_name)
+            return pyexpr(a.expr, self.sym_name, integer=a.pytype is int)
         if isinstance(a, tuple):
             inner = ", ".join(self.arg(x) for x in a)
             return f"({inner}{',' if len(a) == 1 else ''})"
@@ -62,9 +62,9 @@ class _Emitter:
             return f"slice({self.arg(a.start)}, {self.arg(a.stop)}, {self.arg(a.step)})"
         if a is Ellipsis:
             return "..."
-        if isinstance(a, float) and not math.isfinite(a):
+        if type(a) is float and not math.isfinite(a):
             return f"float({str(a)!r})"
-        if isinstance(a, _SIMPLE):
+        if type(a) in _SIMPLE:  # exactly: a numpy scalar's repr (`np.float64(2.0)`) is no Python here
             return repr(a)
         if isinstance(a, torch.dtype):
             return str(a)

@@ -1,4 +1,5 @@
-"""Loggers under `dynashape.*`, switched on by `DYNASHAPE_LOGS` or `set_logs`.
+"""Loggers under `dynashape.*`, switched on by `DYNASHAPE_LOGS` or `set_logs`; the structured
+compile trace (`DYNASHAPE_TRACE=dir`, `trace.py`) and its HTML report (`report.py`).
 
 `DYNASHAPE_LOGS=dynamic,guards` logs symbol creation/guards (INFO) and guard lists;
 a leading `+` means DEBUG (`+dynamic`). Known names: dynamic, guards, recompiles,
@@ -55,6 +56,8 @@ def _short_name(record) -> bool:
 
 
 def configure_from_env() -> None:
+    from . import trace
+    trace.install()  # the trace writes only while config.trace_dir / DYNASHAPE_TRACE is set
     spec = os.environ.get("DYNASHAPE_LOGS")
     if spec:
         set_logs(spec)

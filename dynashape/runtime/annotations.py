@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import torch
 
 from ..tracing.state import is_tracing
+from .errors import MisuseError
 
 _ATTR = "_dynashape_marks"
 
@@ -31,7 +32,7 @@ def marks_of(t: torch.Tensor) -> dict:
 
 def _dims(fn: str, t, dim) -> list[int]:
     if is_tracing():
-        raise RuntimeError(f"ds.{fn} was called inside a compiled function; call it on the input tensor "
+        raise MisuseError(f"ds.{fn} was called inside a compiled function; call it on the input tensor "
                            f"before passing it to the compiled function")
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"ds.{fn}(t, dim): t must be a tensor, got {type(t).__name__}")

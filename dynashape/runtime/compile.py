@@ -22,7 +22,8 @@ import torch
 
 from ..guards.build import GuardSet, build_guards
 from ..ir.graph import Graph
-from ..symbolic.errors import DataDependentError
+from ..symbolic.errors import DataDependentError, DynashapeError
+from ..symbolic import tracehook as _th
 from ..symbolic.shape_env import ShapeEnv
 from ..symbolic.userloc import user_frames
 from ..symbolic.sources import AttrSource, ClosureSource, GlobalSource, ItemSource, LocalSource
@@ -138,6 +139,7 @@ class CompiledFunction:
                 raise RecompileError(f"{self.__name__} ({self._where()}) would recompile under stance "
                                      f"'fail_on_recompile':\n" + "\n".join(f"  - {r}" for r in reasons), reasons)
             self.stats.recompile_reasons.extend(reasons)
+            if _th.on: _th.emit("recompile", self, reasons)  # noqa: E701
             if log.isEnabledFor(logging.INFO):
                 log.info("Recompiling function %s in %s\n    triggered by:\n%s", self.__name__, self._where(),
                          "\n".join(f"    - {r}" for r in reasons))
@@ -150,6 +152,7 @@ class CompiledFunction:
                f"({config.recompile_limit}); running it eagerly from now on. Last reason: {reasons[0]}. "
                f"To keep one graph, make the varying dims dynamic (ds.mark_dynamic or "
                f"DYNASHAPE_DYNAMIC_SOURCES), or raise config.recompile_limit.")
+        if _th.on: _th.emit("limit_hit", self, msg)  # noqa: E701
         if config.fail_on_recompile_limit_hit:
             raise RecompileError(msg, reasons)
         if not self._warned_limit:
@@ -163,6 +166,7 @@ class CompiledFunction:
 
     # ------------------------------------------------------------------ compiling
     def _compile_and_run(self, L, args, kwargs):
+        if _th.on: _th.emit("compile_start", self, L)  # noqa: E701
         _pgo.seed(self, L)  # what varied in earlier runs (the PGO profile) is dynamic from the start
         _collectives.sync(self, L)  # with compiler collectives: every rank makes the same sources dynamic
         env = ShapeEnv(specialize_zero_one=config.specialize_zero_one, duck_shape=config.use_duck_shape,
@@ -192,14 +196,22 @@ class CompiledFunction:
         except (GraphBreak, DataDependentError) as e:
             torch._C._set_grad_enabled(grad)
             return self._graph_break(e, tracer, env, modules, grad, args, kwargs)
-        except Exception as e:  # the program itself failed; eager would fail the same way
+        except DynashapeError as e:  # ours and meant for the user (a range that excludes the example...)
             torch._C._set_grad_enabled(grad)
+            if _th.on: _th.emit("compile_failed", self, e)  # noqa: E701
             raise e.with_traceback(user_frames(e.__traceback__)) from None
+        except Exception as e:  # the program failed, or we did: eager decides which
+            torch._C._set_grad_enabled(grad)
+            if _th.on: _th.emit("compile_failed", self, e)  # noqa: E701
+            return self._trace_failed(e, tracer, env, modules, grad, args, kwargs)
+        if _th.on: _th.emit("phase", "trace")  # noqa: E701
         env.raise_constraint_violations()
         guard_set = build_guards(tracer, env, globals_=self._globals, closure=self._closure,
                                  modules=modules, grad_enabled=grad, symbolic_attributes=unspec)
+        if _th.on: _th.emit("phase", "guards")  # noqa: E701
         fn = self.backend(graph)
         entry = Entry(guard_set, graph, fn, env, why_dynamic)
+        if _th.on: _th.emit("compile_end", self, entry, tracer)  # noqa: E701
         self.entries.insert(0, entry)
         self.stats.compiles += 1
         self.stats.fallbacks.extend(tracer.fallbacks)
@@ -237,7 +249,23 @@ class CompiledFunction:
             _read_outer(tracer, v, ClosureSource(i, var), modules)
         return modules
 
-    def _graph_break(self, e, tracer, env, modules, grad, args, kwargs):
+    def _trace_failed(self, e, tracer, env, modules, grad, args, kwargs):
+        """The trace raised. Eager decides: its error is the program's own (raised as eager raises
+        it, type and message); if eager works, the failure was ours, and the call is a graph break
+        that says so, never a crash."""
+        try:
+            out = self._fn(*args, **kwargs)
+        except Exception as eager:
+            raise eager.with_traceback(user_frames(eager.__traceback__)) from None
+        detail = (str(e).strip().splitlines() or [""])[0][:200]
+        why = GraphBreak(f"dynashape could not trace this call ({type(e).__name__}: {detail})",
+                         getattr(tracer, "last_location", None),
+                         "It ran eagerly and gave eager's result. Please report it with the program.")
+        return self._graph_break(why, tracer, env, modules, grad, args, kwargs, ran=(out,))
+
+    def _graph_break(self, e, tracer, env, modules, grad, args, kwargs, ran=None):
+        """`ran`: (result,) when the call already ran eagerly."""
+        if _th.on: _th.emit("graph_break", self, e)  # noqa: E701
         if isinstance(e, DataDependentError):
             if self.fullgraph:
                 raise DataDependentError(str(e), e.expr, e.location) from None
@@ -248,10 +276,16 @@ class CompiledFunction:
         reason = f"{e.reason}" + (f" at {e.location}" if e.location else "")
         self.stats.graph_breaks.append(reason)
         logging.getLogger("dynashape.graph_breaks").info("graph break in %s: %s", self.__name__, reason)
-        guard_set = build_guards(tracer, env, globals_=self._globals, closure=self._closure,
-                                 modules=modules, grad_enabled=grad)
+        try:
+            guard_set = build_guards(tracer, env, globals_=self._globals, closure=self._closure,
+                                     modules=modules, grad_enabled=grad)
+        except Exception:  # a trace that failed half-way may not describe its inputs: keep no entry
+            if ran is None:
+                raise
+            return ran[0]
         self.entries.insert(0, Entry(guard_set, None, None, env))
-        return self._fn(*args, **kwargs)
+        if _th.on: _th.emit("compile_end", self, self.entries[0], tracer)  # noqa: E701
+        return ran[0] if ran is not None else self._fn(*args, **kwargs)
 
     def reset(self):
         self.entries.clear()

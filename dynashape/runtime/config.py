@@ -4,6 +4,8 @@ from __future__ import annotations
 import contextlib
 import os
 
+from ..symbolic import tracehook
+
 _DEFAULTS: dict[str, tuple[type, object]] = {
     "automatic_dynamic_shapes": (bool, True),
     "assume_static_by_default": (bool, True),
@@ -26,9 +28,12 @@ _DEFAULTS: dict[str, tuple[type, object]] = {
     "pgo_dir": (str, ""),
     "pgo_remote": (str, ""),
     "enable_compiler_collectives": (bool, False),
+    "trace_dir": (str, ""),  # the structured compile trace (tlparse, `python -m dynashape report`)
 }
 _ENV = {"dynamic_sources": "DYNASHAPE_DYNAMIC_SOURCES", "unbacked_sources": "DYNASHAPE_UNBACKED_SOURCES",
-        "job_id": "DYNASHAPE_JOB_ID", "pgo_remote": "DYNASHAPE_PGO_REMOTE", "pgo_dir": "DYNASHAPE_CACHE_DIR"}
+        "job_id": "DYNASHAPE_JOB_ID", "pgo_remote": "DYNASHAPE_PGO_REMOTE", "pgo_dir": "DYNASHAPE_CACHE_DIR",
+        "trace_dir": "DYNASHAPE_TRACE"}
+_WATCH = {"trace_dir": tracehook.set_directory}  # knobs that low layers read as a flag
 
 
 class Config:
@@ -39,6 +44,8 @@ class Config:
         for k, env in _ENV.items():
             if os.environ.get(env):
                 self._values[k] = os.environ[env]
+        for k, fn in _WATCH.items():
+            fn(self._values[k])
 
     def __getattr__(self, name):
         try:
@@ -53,6 +60,8 @@ class Config:
         if typ is int and isinstance(value, bool) or not isinstance(value, typ):
             raise TypeError(f"config.{name} takes a {typ.__name__}, got {type(value).__name__} {value!r}")
         self._values[name] = value
+        if name in _WATCH:
+            _WATCH[name](value)
 
     def knobs(self) -> dict:
         return dict(self._values)
@@ -76,7 +85,8 @@ class _Patch(contextlib.ContextDecorator):
         return self.cfg
 
     def __exit__(self, *exc):
-        self.cfg._values.update(self.saved.pop())
+        for k, v in self.saved.pop().items():
+            setattr(self.cfg, k, v)
         return False
 
 

@@ -10,3 +10,7 @@ class RecompileError(DynashapeError):
     def __init__(self, message: str, reasons=()):
         super().__init__(message)
         self.reasons = list(reasons)
+
+
+class MisuseError(DynashapeError, RuntimeError):
+    """dynashape's API used where it cannot work (an annotation inside a compiled function)."""

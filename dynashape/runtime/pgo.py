@@ -33,6 +33,7 @@ import zlib
 
 import torch
 
+from ..symbolic import tracehook as _th
 from ..symbolic.sources import SizeSource, Source
 from . import pgo_store as _store
 from .config import config
@@ -129,6 +130,7 @@ def _load_stored(loc) -> Profile | None:
     if remote:
         found.append(_parse(_store.read_remote(remote, key), f"the remote profile {key!r} at {remote}"))
     found = [p for p in found if p is not None]
+    if _th.on: _th.emit("pgo_read", key, directory, remote, found)  # noqa: E701
     if not found:
         return None
     p = Profile(key)
@@ -155,6 +157,7 @@ def _write(p: Profile, loc) -> None:
     if ok:  # else stay dirty: the next recompile, or the exit, tries again
         p.replaced.clear()
         p.dirty = False
+    if _th.on: _th.emit("pgo_write", key, directory, remote, p, ok)  # noqa: E701
 
 
 # ---------------------------------------------------------------------------- runtime hooks

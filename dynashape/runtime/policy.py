@@ -78,25 +78,31 @@ def _base_name(pretty: str) -> str:
     return f"L['{parts[0]}']" + "".join(f".{p}" for p in parts[1:])
 
 
+_MAX_DEPTH = 64  # as deep as the tracer looks into nested arguments
+
+
 def _walk(L: dict):
     for name, v in L.items():
         yield from _walk_value(v, LocalSource(name))
 
 
-def _walk_value(v, src):
+def _walk_value(v, src, depth=0):
     if isinstance(v, torch.Tensor):
-        for i, s in enumerate(v.shape):
-            yield SizeSource(src, i), int(s)
+        if not v.is_nested:  # nested tensors have no sizes (and run eagerly)
+            for i, s in enumerate(v.shape):
+                yield SizeSource(src, i), int(s)
     elif isinstance(v, bool):
         return
     elif isinstance(v, (int, float)):
         yield src, v
+    elif depth >= _MAX_DEPTH:
+        return
     elif isinstance(v, (list, tuple)):
         for i, x in enumerate(v):
-            yield from _walk_value(x, ItemSource(src, i))
+            yield from _walk_value(x, ItemSource(src, i), depth + 1)
     elif isinstance(v, dict):
         for k, x in v.items():
-            yield from _walk_value(x, ItemSource(src, k))
+            yield from _walk_value(x, ItemSource(src, k), depth + 1)
 
 
 def _matcher(spec: str):

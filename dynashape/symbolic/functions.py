@@ -23,7 +23,8 @@ import sympy
 
 __all__ = [
     "FloorDiv", "CleanDiv", "CeilDiv", "Mod", "IntTrueDiv", "ToFloat",
-    "FloorToInt", "CeilToInt", "TruncToInt", "Max", "Min",
+    "FloorToInt", "CeilToInt", "TruncToInt", "Max", "Min", "BitwiseAnd", "BitwiseOr", "BitwiseXor",
+    "LShift", "RShift",
 ]
 
 Max = sympy.Max
@@ -309,3 +310,86 @@ class TruncToInt(_ToInt):
     """Python's `int(x)` on a float: rounded toward zero."""
 
     _round = staticmethod(lambda x: x.floor() if x >= 0 else x.ceiling())
+
+
+# ---------------------------------------------------------------- bit operations on ints
+class _Bitwise(sympy.Function):
+    """Python's `&`, `|`, `^` on ints (two's complement, any sign)."""
+
+    nargs = (2,)
+    is_integer = True
+    is_real = True
+    op = None  # the Python operator
+
+    @classmethod
+    def eval(cls, a, b):
+        a, b = _fold_numeric(a), _fold_numeric(b)
+        _check_int_arg(cls.__name__, a)
+        _check_int_arg(cls.__name__, b)
+        if a.is_Integer and b.is_Integer:
+            return sympy.Integer(cls.op(int(a), int(b)))
+        if a.is_Integer and not b.is_Integer:
+            return cls(b, a)  # constants second: `s0 & 1`
+        return cls._identity(a, b)
+
+    @classmethod
+    def _identity(cls, a, b):
+        return None
+
+
+class BitwiseAnd(_Bitwise):
+    op = staticmethod(lambda a, b: a & b)
+
+    @classmethod
+    def _identity(cls, a, b):
+        if b == 0:
+            return sympy.S.Zero
+        if b == -1 or a == b:
+            return a
+        if b.is_Integer and int(b) > 0 and (int(b) + 1) & int(b) == 0:
+            return Mod(a, int(b) + 1)  # a & (2**k - 1) == a % 2**k, for either sign of a
+        return None
+
+
+class BitwiseOr(_Bitwise):
+    op = staticmethod(lambda a, b: a | b)
+
+    @classmethod
+    def _identity(cls, a, b):
+        if b == 0 or a == b:
+            return a
+        if b == -1:
+            return sympy.Integer(-1)
+        return None
+
+
+class BitwiseXor(_Bitwise):
+    op = staticmethod(lambda a, b: a ^ b)
+
+    @classmethod
+    def _identity(cls, a, b):
+        if b == 0:
+            return a
+        if a == b:
+            return sympy.S.Zero
+        return None
+
+
+def LShift(a, b) -> sympy.Expr:
+    """`a << b` (b >= 0): a * 2**b."""
+    b = sympy.sympify(b)
+    if b.is_Integer:
+        if b < 0:
+            raise ValueError("negative shift count")
+        return a * sympy.Integer(2) ** int(b)
+    return a * sympy.Pow(2, b)
+
+
+def RShift(a, b) -> sympy.Expr:
+    """`a >> b` (b >= 0): floor(a / 2**b), as Python rounds toward -inf."""
+    b = sympy.sympify(b)
+    if b.is_Integer:
+        if b < 0:
+            raise ValueError("negative shift count")
+        return FloorDiv(a, sympy.Integer(2) ** int(b))
+    return FloorDiv(a, sympy.Pow(2, b))

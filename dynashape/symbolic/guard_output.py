@@ -82,8 +82,9 @@ def produce_guards(env, source_code=None) -> list[ShapeGuard]:
         expr = env.substitute(g.expr)  # not the facts learned from this very guard
         if expr is sympy.true or not printable(expr):
             continue
-        if _single_symbol_bound(expr) or env.implied_by_ranges(expr):
-            continue  # the range guards below imply it
+        if env.implied_by_ranges(expr):
+            continue  # the range guards below imply it (proven, never assumed: a guard learned
+            # while it had two symbols narrowed no range, even if a replacement left it one)
         emit(pyexpr(expr, name_of), sorted(expr.free_symbols, key=str), g.location)
 
     for sym, info in env.var_info.items():
@@ -103,20 +104,11 @@ def produce_guards(env, source_code=None) -> list[ShapeGuard]:
     return out
 
 
-def _single_symbol_bound(expr) -> bool:
-    """`a*s + c <= 0`-style guards: folded into the symbol's range guard."""
-    from .relations import EQ, NE, canon
-    c = canon(expr) if isinstance(expr, sympy.Rel) else None
-    if c is None or c[0] in (EQ, NE):
-        return False
-    coeff, rest = c[1].as_coeff_Mul()
-    return rest.is_Symbol
-
-
 def compile_guards(guards: list[ShapeGuard], name: str = "shape_guards"):
     """One Python predicate `fn(L) -> bool` checking every guard (no sympy at call time)."""
     body = " and ".join(f"({g.code})" for g in guards) or "True"
-    src = f"def {name}(L, G=None):\n    return {body}\n"
+    src = (f"def {name}(L, G=None):\n    try:\n        return {body}\n"
+           "    except Exception:  # a guard that cannot be evaluated (e.g. x // 0) fails\n        return False\n")
     ns: dict = {}
     exec(compile(src, f"<dynashape-guards {name}>", "exec"), ns)
     fn = ns[name]

@@ -20,7 +20,7 @@ from sympy.logic.boolalg import BooleanAtom
 from sympy.printing.str import StrPrinter
 
 from .functions import (
-    CeilToInt, FloorDiv, FloorToInt, IntTrueDiv, Mod, ToFloat, TruncToInt,
+    BitwiseAnd, BitwiseOr, BitwiseXor, CeilToInt, FloorDiv, FloorToInt, IntTrueDiv, Mod, ToFloat, TruncToInt,
 )
 
 __all__ = ["pyexpr", "sympy_str"]
@@ -50,15 +50,40 @@ def sympy_str(expr) -> str:
     return _STR.doprint(expr)
 
 
-def pyexpr(expr: sympy.Basic, name_of: Callable[[sympy.Symbol], str] | None = None) -> str:
+def pyexpr(expr: sympy.Basic, name_of: Callable[[sympy.Symbol], str] | None = None, *,
+           integer: bool = False) -> str:
     """Python source computing `expr`; `name_of(sym)` spells each symbol (default: its name).
+
+    `integer`: the value is an int (a size): rational coefficients are cleared so the text
+    computes in ints exactly, `(s0*s1 - s1) // 2` rather than `s1*(s0 - 1)/2` (a float).
 
     >>> pyexpr(sympy.Le(2, sympy.Symbol("s0")))
     's0 >= 2'
     """
     if not isinstance(expr, sympy.Basic):
         expr = sympy.sympify(expr)
-    return _Printer(name_of)(expr)[0]
+    printer = _Printer(name_of)
+    if integer and not expr.is_Number and _has_rational(expr):
+        num, den = _int_fraction(expr)
+        return printer(num)[0] if den == 1 else f"{printer.wrap(num, MUL)} // {den}"
+    return printer(expr)[0]
+
+
+def _int_fraction(expr) -> tuple[sympy.Expr, int]:
+    """`expr == num / den` with `num` free of rational coefficients at every level (outside
+    function arguments, which print on their own), and `den` a positive int."""
+    num, den = sympy.fraction(sympy.together(expr))
+    if not den.is_Integer or _has_rational(num):  # e.g. a rational inside a power: leave it
+        return expr, 1
+    return num, int(den)
+
+
+def _has_rational(e) -> bool:
+    if e.is_Rational:
+        return not e.is_Integer
+    if isinstance(e, sympy.Function):
+        return False
+    return any(_has_rational(a) for a in e.args)
 
 
 @functools.lru_cache(maxsize=1024)
@@ -159,6 +184,11 @@ class _Printer:
         # left-associative: the right operand needs parentheses at equal precedence
         return f"{self.wrap(e.args[0], MUL)} {op} {self.wrap(e.args[1], UNARY)}", MUL
 
+    def bitop(self, e) -> tuple[str, int]:
+        # & | ^ bind looser than comparisons' operands need, tighter than comparisons: parenthesise
+        op = {BitwiseAnd: "&", BitwiseOr: "|", BitwiseXor: "^"}[type(e)]
+        return f"({self.wrap(e.args[0], UNARY)} {op} {self.wrap(e.args[1], UNARY)})", ATOM
+
     def call(self, e) -> tuple[str, int]:
         fn = next(name for cls, name in _CALLS.items() if isinstance(e, cls))
         return f"{fn}({', '.join(self(a)[0] for a in e.args)})", ATOM
@@ -174,6 +204,10 @@ class _Printer:
         lhs, rhs = e.args
         if lhs.is_Number and not rhs.is_Number:
             lhs, rhs, op = rhs, lhs, _FLIP[op]  # `s0 >= 2`: the symbol side first
+        if _has_rational(lhs) or _has_rational(rhs):  # sizes compare in ints: scale both sides
+            (nl, dl), (nr, dr) = _int_fraction(lhs), _int_fraction(rhs)
+            if not (_has_rational(nl * dr) or _has_rational(nr * dl)):
+                lhs, rhs = nl * dr, nr * dl
         # operands bind tighter than comparisons, so `a < b == c` chaining never appears
         return f"{self.wrap(lhs, CMP + 1)} {op} {self.wrap(rhs, CMP + 1)}", CMP
 
@@ -221,6 +255,7 @@ _DISPATCH: dict[type, Callable] = {
     FloorDiv: _P.floordiv,
     Mod: _P.mod,
     IntTrueDiv: _P.truediv,
+    BitwiseAnd: _P.bitop, BitwiseOr: _P.bitop, BitwiseXor: _P.bitop,
     **{fn: _P.call for fn in _CALLS},
     FloorToInt: _P.floor_to_int,
     CeilToInt: _P.ceil_to_int,

@@ -23,7 +23,7 @@ import sympy
 from sympy.logic.boolalg import BooleanAtom
 
 from .functions import (
-    CeilToInt, FloorDiv, FloorToInt, IntTrueDiv, Mod, ToFloat, TruncToInt,
+    BitwiseAnd, BitwiseOr, BitwiseXor, CeilToInt, FloorDiv, FloorToInt, IntTrueDiv, Mod, ToFloat, TruncToInt,
 )
 
 __all__ = ["int_oo", "ValueRanges", "ValueRangeAnalysis", "bound_sympy"]
@@ -377,6 +377,29 @@ class ValueRangeAnalysis:
         return _corners(_floordiv_bound, a, b, True)
 
     @staticmethod
+    def bitwise_and(a, b) -> ValueRanges:
+        """`a & b`: within [0, min(hi)] when both are >= 0; unknown otherwise."""
+        a, b = _w(a), _w(b)
+        if a.is_singleton() and b.is_singleton() and not _is_inf(a.lo) and not _is_inf(b.lo):
+            return ValueRanges.wrap(int(a.lo) & int(b.lo))
+        if _key(a.lo) >= 0 and _key(b.lo) >= 0:
+            return ValueRanges(0, b.hi if _key(b.hi) < _key(a.hi) else a.hi)
+        if _key(a.lo) >= 0 or _key(b.lo) >= 0:  # masking by a non-negative value stays in [0, it]
+            nonneg = a if _key(a.lo) >= 0 else b
+            return ValueRanges(0, nonneg.hi)
+        return ValueRanges(-int_oo, int_oo)
+
+    @staticmethod
+    def bitwise_or_xor(a, b) -> ValueRanges:
+        """`a | b`, `a ^ b`: within [0, 2**bits - 1] when both are >= 0 and bounded."""
+        a, b = _w(a), _w(b)
+        if _key(a.lo) >= 0 and _key(b.lo) >= 0:
+            if _is_inf(a.hi) or _is_inf(b.hi):
+                return ValueRanges(0, int_oo)
+            return ValueRanges(0, 2 ** max(int(a.hi), int(b.hi)).bit_length() - 1)
+        return ValueRanges(-int_oo, int_oo)
+
+    @staticmethod
     def mod(a, b) -> ValueRanges:
         """Python `a % b`: the result takes the sign of b and |result| < |b|."""
         a, b = _w(a), _w(b)
@@ -569,6 +592,8 @@ _HANDLERS: dict[type, tuple[Callable, bool]] = {
     sympy.Eq: (_VRA.eq, False), sympy.Ne: (_VRA.ne, False), sympy.Lt: (_VRA.lt, False),
     sympy.Le: (_VRA.le, False), sympy.Gt: (_VRA.gt, False), sympy.Ge: (_VRA.ge, False),
     sympy.And: (_VRA.and_, True), sympy.Or: (_VRA.or_, True), sympy.Not: (_VRA.not_, False),
+    BitwiseAnd: (_VRA.bitwise_and, False), BitwiseOr: (_VRA.bitwise_or_xor, False),
+    BitwiseXor: (_VRA.bitwise_or_xor, False),
 }
 _RESOLVED: dict[type, tuple[Callable, bool] | None] = {}
 

@@ -22,6 +22,7 @@ from .printer import sympy_str
 from .ranges import ValueRanges, bound_sympy, int_oo
 from .constraints import DimConstraint, Violation, raise_violations
 from .relations import EQ, LE, LT, NE, canon, negate, normalise_sign, rebuild
+from . import tracehook as _th
 from .sources import Source
 from .userloc import Location, user_location
 
@@ -147,6 +148,7 @@ class ShapeEnv:
             self.constraints[sym] = constraint
         if dynamic is DimDynamic.DUCK and key not in self._duck:
             self._duck[key] = sym
+        if _th.on: _th.emit("create_symbol", self, sym, hint, source, vr, loc)  # noqa: E701
         if log.isEnabledFor(logging.INFO):
             at = f" at {loc.short()} in {loc.function}" if loc else ""
             log.info("create_symbol %s = %s for %s %s%s", sym, hint, source.name(), _vr_str(vr), at)
@@ -172,6 +174,7 @@ class ShapeEnv:
         loc = user_location(2)
         self.var_info[sym] = SymbolInfo([source] if source else [], DimDynamic.UNBACKED, size_like, loc,
                                         description=description)
+        if _th.on: _th.emit("create_unbacked_symbol", self, sym, vr, loc)  # noqa: E701
         if log.isEnabledFor(logging.INFO):
             log.info("create_unbacked_symint %s %s%s", sym, _vr_str(vr), f" at {loc.short()}" if loc else "")
         self._changed()
@@ -450,6 +453,7 @@ class ShapeEnv:
         if cond is sympy.true:
             return
         self.guards.append(Guard(cond, location))
+        if _th.on: _th.emit("guard_added", self, cond, location)  # noqa: E701
         if log.isEnabledFor(logging.INFO):
             log.info("eval %s [guard added]%s", sympy_str(cond), f" at {location}" if location else "")
         self.add_fact(cond, location)
@@ -611,6 +615,7 @@ class ShapeEnv:
             raise AssertionError(f"{sym} = {expr} contradicts its range {old_vr}")
         self.replacements[sym] = expr
         self.replacement_locations[sym] = self._loc
+        if _th.on and expr.is_Number: _th.emit("specialization", self, sym, expr, reason, self._loc)  # noqa: E701
         for k, v in list(self.replacements.items()):
             if k is not sym and sym in v.free_symbols:
                 self.replacements[k] = v.xreplace({sym: expr})

@@ -10,8 +10,8 @@ import operator
 
 import sympy
 
-from .functions import (CeilToInt, FloorDiv, FloorToInt, IntTrueDiv, Max, Min, Mod, ToFloat,
-                        TruncToInt)
+from .functions import (BitwiseAnd, BitwiseOr, BitwiseXor, CeilToInt, FloorDiv, FloorToInt, IntTrueDiv,
+                        LShift, Max, Min, Mod, RShift, ToFloat, TruncToInt)
 from .printer import sympy_str
 
 
@@ -166,10 +166,13 @@ class SymNode:
 
 
 _REL = {"eq": sympy.Eq, "ne": sympy.Ne, "lt": sympy.Lt, "le": sympy.Le, "gt": sympy.Gt, "ge": sympy.Ge}
-_SYMOP = {"add": operator.add, "sub": operator.sub, "mul": operator.mul}
+_SYMOP = {"add": operator.add, "sub": operator.sub, "mul": operator.mul, "bitand": BitwiseAnd,
+          "bitor": BitwiseOr, "bitxor": BitwiseXor, "lshift": LShift, "rshift": RShift}
 _PYOP = {
     "add": operator.add, "sub": operator.sub, "mul": operator.mul,
     "eq": operator.eq, "ne": operator.ne, "lt": operator.lt, "le": operator.le,
     "gt": operator.gt, "ge": operator.ge,
     "and": lambda a, b: bool(a and b), "or": lambda a, b: bool(a or b),
+    "bitand": operator.and_, "bitor": operator.or_, "bitxor": operator.xor, "lshift": operator.lshift,
+    "rshift": operator.rshift,
 }

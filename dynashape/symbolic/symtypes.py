@@ -90,6 +90,13 @@ class SymBase:
 
 
 class SymInt(SymBase):
+    # integer bit operations (not on SymBool, whose & and | are logical)
+    __and__, __rand__ = _binop("bitand")
+    __or__, __ror__ = _binop("bitor")
+    __xor__, __rxor__ = _binop("bitxor")
+    __lshift__, __rlshift__ = _binop("lshift")
+    __rshift__, __rrshift__ = _binop("rshift")
+
     """A symbolic int: a tensor size or an int argument."""
 
     def __int__(self) -> int:

@@ -19,6 +19,8 @@ class TensorInput:
     tensor_type: type  # torch.Tensor or nn.Parameter
     is_param: bool = False
     example: Any = None  # the parameter/buffer object itself (identity makes its guard cheap)
+    storage_offset: int = 0  # the example's
+    example_shape: tuple = ()  # the example's sizes
 
 
 @dataclass

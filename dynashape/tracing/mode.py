@@ -151,6 +151,10 @@ def _q_stride(mode, t, dim=None):
     return strides if dim is None else strides[norm_dim(dim, len(strides))]
 
 
+def _q_storage_offset(mode, t):
+    return mode.tracer.observe_storage_offset(t)
+
+
 def _q_is_contiguous(mode, t, memory_format=torch.contiguous_format):
     mode.tracer.observe_strides(t)
     return T.is_contiguous(t, memory_format=memory_format)
@@ -177,7 +181,7 @@ def _q_type(mode, t, dtype=None, non_blocking=False, **kwargs):
 _META_QUERIES = {
     T.size: _q_size, T.shape.__get__: _q_shape, T.dim: _q_dim, T.ndimension: _q_dim,
     T.ndim.__get__: _q_dim, T.numel: _q_numel, T.nelement: _q_numel, T.__len__: _q_len,
-    T.stride: _q_stride, T.is_contiguous: _q_is_contiguous, T.requires_grad.__get__: _q_requires_grad,
+    T.stride: _q_stride, T.is_contiguous: _q_is_contiguous, T.storage_offset: _q_storage_offset, T.requires_grad.__get__: _q_requires_grad,
     T.type: _q_type, torch.numel: _q_numel,
 }
 for _name in ("is_floating_point", "is_complex", "is_signed", "element_size", "is_inference", "is_conj",

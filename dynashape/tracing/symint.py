@@ -23,8 +23,7 @@ def _unsupported(name):
 
 def _passthrough_ops(cls_name):
     """Dunders of torch.Sym* that we do not model: fail clearly instead of calling torch's node."""
-    names = ["__xor__", "__rxor__", "__lshift__", "__rlshift__", "__rshift__", "__rrshift__",
-             "__pow_by_natural__", "__rpow_by_natural__", "__int_truediv__", "__rint_truediv__",
+    names = ["__pow_by_natural__", "__rpow_by_natural__", "__int_truediv__", "__rint_truediv__",
              "__int_floordiv__", "__rint_floordiv__", "__float_pow__", "__rfloat_pow__",
              "__float_truediv__", "__rfloat_truediv__", "__sym_ite__", "_sympy_", "as_integer_ratio",
              "conjugate", "bit_length", "is_integer", "node_type"]
@@ -69,10 +68,10 @@ class SymInt(symtypes.SymInt, torch.SymInt):
     __trunc__ = symtypes.SymInt.__trunc__
     __round__ = symtypes.SymInt.__round__
     __pos__ = symtypes.SymInt.__pos__
-    __and__ = _unsupported("SymInt.__and__")
-    __or__ = _unsupported("SymInt.__or__")
-    __rand__ = _unsupported("SymInt.__rand__")
-    __ror__ = _unsupported("SymInt.__ror__")
+    for _n in ("__and__", "__rand__", "__or__", "__ror__", "__xor__", "__rxor__", "__lshift__", "__rlshift__",
+               "__rshift__", "__rrshift__"):
+        locals()[_n] = getattr(symtypes.SymInt, _n)
+    del _n
 
 
 class SymFloat(symtypes.SymFloat, torch.SymFloat):

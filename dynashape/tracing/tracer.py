@@ -75,9 +75,16 @@ class Tracer:
         self._keep: list = []  # keeps real tensors alive while their ids are keys
         self._module_tensors: set[int] = set()  # ids of parameters and buffers of modules
         self.strides_observed = False
+        self.offsets_observed = False
         self.derived_sizes: list[tuple[Source, sympy.Expr]] = []  # input sizes given as expressions
         self.fallbacks: list[str] = []
         self._bound: set = set()
+        self.aliases: list[tuple[Source, Source]] = []  # (source, earlier source of the same tensor)
+        self._source_of: dict[int, Source] = {}  # id(real tensor) -> the source it was first read from
+        self.mutates = False  # the trace ran an in-place op (or out=, or setitem)
+        self.flag_reads: dict = {}  # "torch.get_...()" -> (getter, value read): guarded
+        self._input_tensors: list = []  # (source, real tensor) of tensor inputs, in order
+        self._offsets: dict[int, int] = {}  # id(input fake) -> the real tensor's storage offset
 
     # ----------------------------------------------------------------- inputs
     def register_module(self, module: torch.nn.Module, source: Source) -> None:
@@ -90,11 +97,13 @@ class Tracer:
                 self._module_tensors.add(id(t))
                 self._keep.append(t)
 
-    def wrap_input(self, value, source: Source):
+    def wrap_input(self, value, source: Source, depth: int = 0):
         """A real argument as what the traced code sees (FakeTensor, SymInt, or the value)."""
         if isinstance(value, torch.Tensor):
+            _check_supported(value, source)
             return self.tensor_input(value, source, "param" if isinstance(value, torch.nn.Parameter) else "size")
-        if isinstance(value, bool) or value is None or isinstance(value, (str, torch.dtype, torch.device)):
+        if isinstance(value, bool) or value is None or isinstance(value, (str, torch.dtype, torch.device)) \
+                or (type(value).__module__ == "numpy" and getattr(value, "shape", None) == ()):  # numpy scalars
             self.value_inputs.append(ValueInput(source, value, "const"))
             return value
         if isinstance(value, (int, float)):
@@ -110,13 +119,18 @@ class Tracer:
                 node = self.graph.input(source, None, _name_hint(source))
                 self._bind(sym, node, "value", None)
             return sym
+        if isinstance(value, (tuple, list, dict)) and depth >= _MAX_DEPTH:
+            raise GraphBreak(f"argument {source.root().pretty()} is nested more than {_MAX_DEPTH} levels deep",
+                             None, "What to do: pass a flatter structure (e.g. a list of tensors).")
         if isinstance(value, (tuple, list)):
             self.value_inputs.append(ValueInput(source, type(value), "type", {"len": len(value)}))
-            items = [self.wrap_input(v, ItemSource(source, i)) for i, v in enumerate(value)]
-            return type(value)(items) if type(value) in (tuple, list) else type(value)(*items)
+            items = [self.wrap_input(v, ItemSource(source, i), depth + 1) for i, v in enumerate(value)]
+            if type(value) in (tuple, list, torch.Size):
+                return type(value)(items)
+            return type(value)(*items) if hasattr(value, "_fields") else type(value)(items)
         if isinstance(value, dict):
             self.value_inputs.append(ValueInput(source, type(value), "type", {"keys": tuple(value)}))
-            return {k: self.wrap_input(v, ItemSource(source, k)) for k, v in value.items()}
+            return {k: self.wrap_input(v, ItemSource(source, k), depth + 1) for k, v in value.items()}
         if isinstance(value, torch.nn.Module):
             self.value_inputs.append(ValueInput(source, value, "id"))
             self.register_module(value, source)
@@ -126,7 +140,12 @@ class Tracer:
 
     def tensor_input(self, t: torch.Tensor, source: Source, kind: str = "size") -> FakeTensor:
         if id(t) in self._fakes:
+            first = self._source_of.get(id(t))
+            if first is not None and first != source:  # f(a, a): the guards require the same object
+                self.aliases.append((source, first))
             return self._fakes[id(t)]
+        self._source_of[id(t)] = source
+        self._input_tensors.append((source, t))
         sizes = []
         for i, hint in enumerate(t.shape):
             pol = self.policy(SizeSource(source, i), hint, kind, t, i)
@@ -156,8 +175,10 @@ class Tracer:
         self.tensor_inputs.append(TensorInput(
             source, t.dtype, t.device, t.requires_grad,
             tuple(s if isinstance(s, int) else None for s in sizes), tuple(t.stride()),
-            t.is_contiguous(), type(t), kind == "param", t if self._pinned(t, source, sizes) else None))
+            t.is_contiguous(), type(t), kind == "param", t if self._pinned(t, source, sizes) else None,
+            t.storage_offset(), tuple(t.shape)))
         self._fakes[id(t)] = fake
+        self._offsets[id(fake)] = t.storage_offset()
         self._keep.append(t)
         return fake
 
@@ -206,33 +227,86 @@ class Tracer:
     def run(self, fn, args, kwargs):
         with tracing_scope(self), intercept_global_state(self), TracingMode(self):
             out = fn(*args, **kwargs)
+        if self.mutates:
+            self._refuse_shared_memory()
         self._emit_pending_asserts()
         self.graph.output(self.to_ir(out))
         self.graph.symbol_bounds = {s: (vr.lo, vr.hi) for s, vr in self.env.var_to_range.items()
                                     if s in self.env._unbacked}
         return out
 
+    def _refuse_shared_memory(self) -> None:
+        """Distinct input tensors over one storage, and the trace mutates: the fakes do not model
+        that a write through one is seen through the other, so this call runs eagerly."""
+        seen: dict = {}
+        for src, t in self._input_tensors:
+            if isinstance(src, ModuleMemberSource) or t.untyped_storage().nbytes() == 0:
+                continue
+            key = t.untyped_storage().data_ptr()
+            if key in seen:
+                self.mutates = False  # the eager entry this break makes serves any aliasing
+                raise GraphBreak(f"inputs {seen[key].pretty()} and {src.pretty()} share memory and the "
+                                 "function changes a tensor in place", None,
+                                 "What to do: pass tensors that do not overlap (e.g. .clone() one of them).")
+            seen[key] = src
+
+    def observe_storage_offset(self, t: FakeTensor) -> int:
+        """An input's storage offset is guarded (the fakes start at 0); a computed tensor's
+        depends on how its inputs sit in memory, which the trace does not model."""
+        offset = self._offsets.get(id(t))
+        if offset is None:
+            raise GraphBreak("storage_offset() of a tensor computed inside the function", user_location(),
+                             "What to do: read it outside the compiled function, or from an input.")
+        self.offsets_observed = True  # the guards check each input's storage offset
+        return offset
+
     def observe_strides(self, t: FakeTensor):
-        """The user read strides or contiguity: guard the inputs' layouts from now on."""
+        """The user read strides or contiguity: guard the inputs' layouts from now on.
+
+        Dense layouts have strides in terms of the sizes. A size-1 (or empty) dim's stride is
+        arbitrary: an input's is guarded exactly; a computed tensor's, like any layout not dense,
+        depends on how its inputs were sized, so every input size is specialized and the meta
+        strides (exact once the input layouts are guarded) are the answer."""
         self.strides_observed = True
+        meta = tuple(T_stride(t))
+        for n in t.ds_sizes:  # a size that may be 0 or 1 (size-oblivious): decide which, by the example
+            if isinstance(n, SymBase) and not n >= 2:
+                int(n)
+        known = [n if isinstance(n, int) else self.env.static_value(n.node.expr) for n in t.ds_sizes]
         strides = symbolic_strides(t)
-        if strides is None:  # not dense: specialize the sizes it depends on
-            for s in t.ds_sizes:
-                int(s)
-            return tuple(T_stride(t))
-        return strides
+        if strides is not None:
+            is_input = getattr(t.ds_node, "kind", None) == "input"
+            degenerate = [d for d, n in enumerate(known) if n is not None and n <= 1]
+            if 0 in known:
+                degenerate = list(range(len(meta)))
+            if all(hint_of(strides[d]) == meta[d] for d in degenerate):
+                return strides
+            if is_input:
+                return tuple(meta[d] if d in degenerate else s for d, s in enumerate(strides))
+        for sym in list(self.env.var_to_val):
+            if sym.is_integer and sym not in self.env.replacements:
+                self.env.guard_int(sym)
+        return meta
 
     def call_op(self, func, rule, args, kwargs):
         args, kwargs = _map((args, kwargs), self._lift_leaf)
+        if not self.mutates and _is_inplace(func, kwargs):
+            self.mutates = True
         meta_args, meta_kwargs, device = self._meta_args(func, args, kwargs)
         try:
             out = meta_cache.call(_META_IMPL.get(func, func), meta_args, meta_kwargs)
         except (NotImplementedError, RuntimeError) as e:  # e.g. nonzero, or F.one_hot reading .item()
             if rule is not None and self._has_unbacked((args, kwargs)):
-                # sizes known only at run time (x.split(t.tolist())): the example sizes the meta run
-                # got need not fit together, so the rule alone gives the outputs
+                # sizes known only at run time (x.split(t.tolist()), x[x > 0] * y): the stand-in sizes
+                # the meta run got need not fit together, so the rule gives the shapes
                 shapes = rule(*args, **kwargs)
-                return self._record(func, args, kwargs, self._meta_like(args, shapes), shapes, device)
+                return self._record(func, args, kwargs, self._meta_for_rule(func, args, kwargs, shapes),
+                                    shapes, device)
+            if rule is None and self._has_unbacked((args, kwargs)):
+                raise GraphBreak(f"{_fname(func)} has no symbolic rule, and its inputs have sizes known only "
+                                 f"at run time", user_location(),
+                                 "What to do: make the size static (e.g. pad to a fixed length), or move "
+                                 "this op out of the compiled function.") from None
             if isinstance(e, RuntimeError) and "meta" not in str(e):
                 raise
             raise GraphBreak(f"{_fname(func)} needs the tensor's data to know its output "
@@ -243,16 +317,33 @@ class Tracer:
             shapes = self._fallback(func, args, kwargs, out)
         return self._record(func, args, kwargs, out, shapes, device)
 
+    def _unbacked(self, s) -> bool:
+        return isinstance(s, SymBase) and not s.node.expr.free_symbols.isdisjoint(self.env._unbacked)
+
     def _has_unbacked(self, obj) -> bool:
-        return any(isinstance(a, SymBase) and not a.node.expr.free_symbols.isdisjoint(self.env._unbacked)
+        return any(self._unbacked(a) or (isinstance(a, FakeTensor) and any(map(self._unbacked, a.ds_sizes)))
                    for a in leaves(obj))
 
-    @staticmethod
-    def _meta_like(args, shapes):
-        """Meta outputs of the rule's shapes, with the first tensor argument's dtype."""
-        dtype = next((a.dtype for a in leaves(args) if isinstance(a, torch.Tensor)), torch.float32)
-        make = lambda s: torch.empty([meta_value(d) for d in s], dtype=dtype, device="meta")  # noqa: E731
-        return make(shapes) if isinstance(shapes, tuple) else tuple(make(s) for s in shapes)
+    def _meta_for_rule(self, func, args, kwargs, shapes):
+        """Meta outputs of the rule's shapes. Their dtypes come from a meta run in which every
+        data-dependent size is 1 (it fits any broadcast and matmul); failing that, from the first
+        tensor argument."""
+        def ones(x):
+            if isinstance(x, FakeTensor) and any(map(self._unbacked, x.ds_sizes)):
+                size = [1 if self._unbacked(d) else meta_value(d) for d in x.ds_sizes]
+                return torch.empty(size, dtype=x.dtype, device="meta")
+            return _meta_leaf(x)
+        shape_list = [shapes] if isinstance(shapes, tuple) else list(shapes)
+        try:
+            probe = meta_cache.call(_META_IMPL.get(func, func), *_map((args, kwargs), ones))
+            dtypes = [t.dtype for t in _tensors(probe)]
+        except (NotImplementedError, RuntimeError):
+            dtypes = []
+        if len(dtypes) != len(shape_list):
+            dtype = next((a.dtype for a in leaves(args) if isinstance(a, torch.Tensor)), torch.float32)
+            dtypes = [dtype] * len(shape_list)
+        outs = [torch.empty([meta_value(d) for d in s], dtype=dt, device="meta") for s, dt in zip(shape_list, dtypes)]
+        return outs[0] if isinstance(shapes, tuple) else tuple(outs)
 
     def _lift_leaf(self, x):
         if isinstance(x, torch.Tensor) and not isinstance(x, FakeTensor):
@@ -319,7 +410,11 @@ class Tracer:
                     else None) if outs else None
         node = self.graph.call(func, ir_args, ir_kwargs, meta, user_location(),
                                torch.is_grad_enabled(), name_hint=_fname(func).split(".")[-1])
-        in_fakes = {id(a): a for a in leaves((args, kwargs)) if isinstance(a, FakeTensor)}
+        # an in-place op returns the tensor it changed: the same fake (maybe resized). An op that
+        # merely returned its input on the example (`contiguous()`, `to()`, `float()`) may copy on
+        # another input, so its result is a value of its own, computed by the recorded call.
+        in_fakes = {id(a): a for a in leaves((args, kwargs)) if isinstance(a, FakeTensor)} \
+            if _is_inplace(func, kwargs) else {}
 
         def wrap(x, path):
             if not isinstance(x, torch.Tensor):
@@ -395,8 +490,9 @@ class Tracer:
             return self.lift(value).ds_node
         if isinstance(value, SymBase):
             return self.graph.SymExpr(self.env.simplify(value.node.expr), value.node.pytype)
-        if isinstance(value, torch.Size):
-            return tuple(self.to_ir(v) for v in value)
+        if isinstance(value, torch.Size):  # rebuilt as a torch.Size when the code runs
+            return self.graph.call(torch.Size, ([self.to_ir(v) for v in value],), {}, None, None,
+                                   torch.is_grad_enabled(), name_hint="size")
         if isinstance(value, (list, tuple)):
             items = [self.to_ir(v) for v in value]
             if type(value) in (list, tuple):
@@ -409,6 +505,35 @@ class Tracer:
         if isinstance(value, slice):
             return slice(self.to_ir(value.start), self.to_ir(value.stop), self.to_ir(value.step))
         return value
+
+
+_MAX_DEPTH = 64  # nesting of list/tuple/dict arguments traced; deeper runs eagerly
+
+
+def _check_supported(t: torch.Tensor, source: Source) -> None:
+    """Dense tensors only: sparse, quantized and nested tensors run eagerly, saying which argument."""
+    kind = None
+    if t.is_nested:
+        kind = "nested"
+    elif t.layout is not torch.strided:
+        kind = f"sparse ({str(t.layout).replace('torch.', '')})"
+    elif t.is_quantized:
+        kind = "quantized"
+    if kind is not None:
+        raise GraphBreak(f"argument {source.pretty()} is a {kind} tensor, which dynashape does not support "
+                         "(dense tensors only)", None, "The call runs eagerly.")
+
+
+_INPLACE_DUNDERS = {"__setitem__", "__iadd__", "__isub__", "__imul__", "__itruediv__", "__ifloordiv__",
+                    "__imod__", "__ipow__", "__iand__", "__ior__", "__ixor__", "__ilshift__", "__irshift__",
+                    "__imatmul__"}
+
+
+def _is_inplace(func, kwargs) -> bool:
+    name = getattr(func, "__name__", "")
+    if name in _INPLACE_DUNDERS or (name.endswith("_") and not name.startswith("_")):
+        return True
+    return kwargs.get("out") is not None
 
 
 def T_stride(t):

@@ -265,3 +265,67 @@ def test_autocast_state_is_guarded():
         out = cf(x, w)
         assert out.dtype == f(x, w).dtype == torch.bfloat16
     assert cf.stats.compiles == 2 and "autocast" in cf.stats.recompile_reasons[0]
+
+
+# ---------------------------------------------------------------- errors are eager's; our failures are not crashes
+@pytest.mark.parametrize("fn,args", [
+    (lambda x, w: torch.nn.functional.conv1d(x, w), (torch.randn(5, 3, 6), torch.randn(2, 4, 3))),
+    (lambda x: x.amax(0), (torch.randn(0, 3),)),
+    (lambda x: x[10], (torch.randn(3),)),
+    (lambda x: x.view(7), (torch.randn(3),)),
+])
+@pytest.mark.parametrize("dynamic", [None, True])
+def test_the_programs_own_errors_keep_eagers_type_and_message(fn, args, dynamic):
+    with pytest.raises(Exception) as eager:
+        fn(*args)
+    with pytest.raises(type(eager.value)) as compiled:
+        ds.compile(fn, dynamic=dynamic)(*args)
+    assert str(compiled.value).splitlines()[0] == str(eager.value).splitlines()[0]
+
+
+@pytest.mark.parametrize("make,kind", [
+    (lambda: torch.randn(4, 3).to_sparse_csr(), "sparse"),
+    (lambda: torch.randn(4, 3).to_sparse(), "sparse"),
+    (lambda: torch.quantize_per_tensor(torch.randn(4), 0.1, 0, torch.qint8), "quantized"),
+    (lambda: torch.nested.nested_tensor([torch.ones(2), torch.ones(3)]), "nested"),
+])
+def test_unsupported_tensor_inputs_run_eagerly_naming_the_argument(make, kind):
+    def f(x):
+        return x.to_padded_tensor(0.0) * 2 if x.is_nested else (x.dequantize() if x.is_quantized else x.to_dense()) * 2
+    cf = ds.compile(f)
+    x = make()
+    torch.testing.assert_close(cf(x), f(x))
+    assert kind in cf.stats.graph_breaks[0] and "argument x" in cf.stats.graph_breaks[0]
+
+
+def test_a_deeply_nested_argument_runs_eagerly():
+    v = torch.ones(2)
+    for _ in range(2000):
+        v = [v]
+
+    def unwrap(v):
+        while isinstance(v, list):
+            v = v[0]
+        return v * 2
+    cf = ds.compile(unwrap)
+    torch.testing.assert_close(cf(v), unwrap(v))
+    assert "nested more than" in cf.stats.graph_breaks[0]
+
+
+def test_an_internal_failure_is_a_graph_break_with_eagers_result(monkeypatch):
+    from dynashape.tracing import tracer as tracer_mod
+
+    def boom(*a, **k):
+        raise AssertionError("internal")
+    monkeypatch.setattr(tracer_mod.Tracer, "_record", boom)
+    cf = ds.compile(lambda x: x * 2)
+    torch.testing.assert_close(cf(torch.ones(3)), torch.ones(3) * 2)
+    assert "could not trace" in cf.stats.graph_breaks[0] and "AssertionError: internal" in cf.stats.graph_breaks[0]
+
+
+def test_dynashape_errors_meant_for_the_user_are_still_raised():
+    x = torch.ones(5)
+    ds.mark_dynamic(x, 0, min=6, max=9)
+    from dynashape.symbolic.errors import InvalidHintError
+    with pytest.raises(InvalidHintError, match="outside the range"):
+        ds.compile(lambda x: x * 2)(x)

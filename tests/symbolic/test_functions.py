@@ -255,3 +255,32 @@ def test_symbolic_modules_do_not_import_torch():
             mods = ([a.name for a in node.names] if isinstance(node, ast.Import)
                     else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
             assert not any(m.split(".")[0] == "torch" for m in mods), (name, mods)
+
+
+# ---------------------------------------------------------------- bit operations
+import operator as _op  # noqa: E402
+
+from hypothesis import given as _given, settings as _settings, strategies as _st  # noqa: E402
+
+from dynashape.symbolic.functions import BitwiseAnd, BitwiseOr, BitwiseXor, LShift, RShift  # noqa: E402
+from dynashape.symbolic.printer import pyexpr as _pyexpr  # noqa: E402
+from dynashape.symbolic.ranges import ValueRanges as _VR, bound_sympy as _bound  # noqa: E402
+
+_BITOPS = [(BitwiseAnd, _op.and_), (BitwiseOr, _op.or_), (BitwiseXor, _op.xor), (LShift, _op.lshift),
+           (RShift, _op.rshift)]
+
+
+@_settings(max_examples=300, deadline=None)
+@_given(_st.sampled_from(_BITOPS), _st.integers(-40, 40), _st.integers(-40, 40), _st.integers(0, 40),
+        _st.integers(0, 40))
+def test_bit_operations_match_python_ints_in_value_print_and_range(ops, a, b, lo, width):
+    fn, py = ops
+    if fn in (LShift, RShift):
+        b = abs(b) % 6
+    s = sympy.Symbol("s", integer=True)
+    expr = fn(s, b)
+    want = py(a, b)
+    assert expr.xreplace({s: a}) == want
+    assert eval(_pyexpr(expr), {}, {"s": a}) == want
+    r = _VR(min(a, lo), max(a, lo) + width)  # a range holding a
+    assert want in _bound(expr, {s: r}), (expr, r)

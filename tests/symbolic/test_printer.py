@@ -108,6 +108,24 @@ def test_printed_int_expression_evaluates_like_sympy(expr, env):
         assert math.isclose(got, float(want), rel_tol=1e-12), (expr, text, env)
 
 
+# integer-valued products that sympy keeps with a rational coefficient: `s1*(2*s0 - 2*(s0 // 2))/2`
+int_valued_with_rationals = st.tuples(small_int_exprs, small_int_exprs, small_int_exprs, st.integers(2, 5)).map(
+    lambda t: sympy.Rational(1, t[3]) * t[0] * (t[3] * t[1] - t[3] * t[2]) + t[1])
+
+
+@SETTINGS
+@given(int_valued_with_rationals, envs)
+def test_integer_printing_computes_sizes_in_ints_exactly(expr, env):
+    text = pyexpr(expr, integer=True)
+    try:
+        want = expr.xreplace({s: sympy.Integer(env[s.name]) for s in SYMS})
+    except ZeroDivisionError:
+        assume(False)
+    assume(want.is_Integer)
+    got = eval(text, {"__builtins__": BUILTINS}, dict(env))
+    assert type(got) is int and got == int(want), (expr, text, env)
+
+
 @SETTINGS
 @given(float_exprs, envs)
 def test_printed_float_expression_evaluates_like_sympy(expr, env):

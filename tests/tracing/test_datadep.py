@@ -202,3 +202,50 @@ def test_split_with_sizes_read_from_data():
                         dynamic=None, compiles=1)
     with pytest.raises(RuntimeError, match="sizes must match"):
         cf(torch.randn(6, 2), torch.tensor([2, 2]))  # the sizes must add up: checked when the code runs
+
+
+# ---------------------------------------------------------------- sizes 0 and 1 of data-dependent lengths
+def _counts_0_1_many(make_rest=lambda g: ()):
+    """Inputs with 0, 1, 2 and several positive elements."""
+    out = []
+    for k in (0, 1, 2, 5, 0, 3):
+        x = -torch.rand(7) - 0.1
+        x[:k] = torch.rand(k) + 0.1
+        out.append((x,))
+    return out
+
+
+@pytest.mark.parametrize("dynamic", [None, True, False])
+def test_a_data_dependent_length_broadcast_against_one_keeps_its_size(dynamic):
+    def f(x, y):
+        h = x[x > 0][:1] * y
+        return h.size(0), torch.arange(h.size(0) + 2), h
+    check_vs_eager(f, [(x, torch.ones(1)) for (x,) in _counts_0_1_many()], dynamic=dynamic)
+
+
+@pytest.mark.parametrize("fn", [
+    lambda x: x[x > 0].unsqueeze(0).expand(3, -1).sum(0),
+    lambda x: x[x > 0].unsqueeze(1).squeeze(1) * 2,
+    lambda x: (x[x > 0] * torch.ones(1)).sum(),
+    lambda x: x[x > 0][3:].sum(),
+])
+def test_ops_on_data_dependent_lengths_of_zero_and_one_equal_eager(fn):
+    check_vs_eager(fn, _counts_0_1_many(), compiles=1)
+
+
+def test_a_data_dependent_length_squeezed_fails_loudly_when_it_is_one():
+    cf = ds.compile(lambda x: x[x > 0].unsqueeze(0).squeeze())
+    cf(torch.tensor([1.0, 2.0, -1.0]))
+    with pytest.raises(RuntimeError, match="squeeze"):
+        cf(torch.tensor([1.0, -2.0, -1.0]))
+
+
+@pytest.mark.parametrize("dynamic", [None, True, False])
+@pytest.mark.parametrize("fn", [
+    lambda x, y: x[x > 0] * y,
+    lambda x, y: torch.broadcast_tensors(x.nonzero().float() @ torch.ones(1, 3), y)[0],
+    lambda x, y: x[x > 0][1:].amax(0),
+])
+def test_ops_after_a_data_dependent_size_trace_on_the_first_call(fn, dynamic):
+    cases = [(torch.tensor([1., 2., 3., -1.]), torch.ones(3)), (torch.tensor([1., -2., 3., 4.]), torch.zeros(3))]
+    check_vs_eager(fn, cases, dynamic=dynamic)

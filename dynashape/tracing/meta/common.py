@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from ...symbolic.errors import DataDependentError
-from ...symbolic.symtypes import SymBase, guard_size_oblivious
+from ...symbolic.symtypes import SymBase
 
 
 def shape(t) -> tuple:
@@ -31,17 +31,25 @@ def norm_dims(dims, ndim: int) -> list[int]:
     return [norm_dim(d, ndim) for d in dims]
 
 
-def is_one(s) -> bool:
-    """`s == 1` as a framework check: size-like symbols count as >= 2 (no guard on them)."""
+def is_one(s):
+    """`s == 1`: True or False when known (a guard for a backed size), None when it depends on
+    data. Callers take a path that is right for every value or check at run time: assuming a
+    data-dependent size is >= 2 would be wrong when it is 0 or 1."""
     if isinstance(s, int):
         return s == 1
-    return guard_size_oblivious(s == 1)
+    try:
+        return bool(s == 1)
+    except DataDependentError:
+        return None
 
 
-def is_zero(s) -> bool:
-    if isinstance(s, int):
-        return s == 0
-    return guard_size_oblivious(s == 0)
+def assert_at_runtime(cond, message: str) -> None:
+    """A fact about data-dependent sizes the rule relies on, checked when the compiled code runs."""
+    from ..state import current_tracer
+    tracer = current_tracer()
+    if tracer is None:
+        raise DataDependentError(message, getattr(cond, "node", None) and cond.node.expr, None)
+    tracer.runtime_assert(cond, message)
 
 
 def same(a, b) -> bool:
@@ -57,12 +65,8 @@ def check_equal(a, b) -> None:
     try:
         ok = same(a, b)
     except DataDependentError:
-        from ..state import current_tracer
-        tracer = current_tracer()
-        if tracer is None:
-            raise
         env = (a if isinstance(a, SymBase) else b).node.env
-        tracer.runtime_assert(a == b, f"sizes must match: {env.describe((a == b).node.expr)}")
+        assert_at_runtime(a == b, f"sizes must match: {env.describe((a == b).node.expr)}")
         return
     if not ok:
         raise RuntimeError(f"size mismatch: {a} vs {b}")
@@ -77,14 +81,23 @@ def broadcast(*shapes) -> tuple:
         if all(_same_expr(d, dims[0]) for d in dims[1:]):  # equal sizes broadcast trivially: ask nothing
             out.append(dims[0])
             continue
-        cur = 1
+        known, unknown = [], []  # dims known not to be 1; dims that are 1 or not by data
         for d in dims:
-            if is_one(d):
-                continue
-            if isinstance(cur, int) and cur == 1:
-                cur = d
-            else:
+            one = is_one(d)
+            if one is not True:
+                (known if one is False else unknown).append(d)
+        if known:  # the result is that size; a data-dependent dim must be 1 or equal to it
+            cur = known[0]
+            for d in known[1:]:
                 check_equal(cur, d)
+            for d in unknown:
+                assert_at_runtime((d == 1) | (d == cur), f"size {d} must broadcast to {cur}")
+        elif unknown:  # only data-dependent dims (and 1s): they must be equal (as torch asserts)
+            cur = unknown[0]
+            for d in unknown[1:]:
+                check_equal(cur, d)
+        else:
+            cur = 1
         out.append(cur)
     return tuple(out)
 

@@ -18,7 +18,7 @@ import torch
 
 from ...symbolic.errors import DataDependentError
 from ...symbolic.symtypes import SymBase, sym_max, sym_min
-from .common import broadcast, check_equal, is_one, is_tensor, norm_dim, prod, shape
+from .common import assert_at_runtime, broadcast, check_equal, is_one, is_tensor, norm_dim, prod, shape
 from .registry import lookup, register
 
 T = torch.Tensor
@@ -143,7 +143,10 @@ def indexed_shape(self, idx):
 def _check_fits(target, value_shape) -> None:
     """`value` must broadcast to `target` (the op's in-place output)."""
     v = list(value_shape)
-    while len(v) > len(target) and is_one(v[0]):
+    while len(v) > len(target) and (one := is_one(v[0])) is not False:
+        if one is None:  # eager fails unless it is 1
+            assert_at_runtime(v[0] == 1, f"a value of shape {tuple(value_shape)} cannot be assigned to "
+                                         f"an indexing result of shape {tuple(target)}")
         v.pop(0)  # torch drops the value's leading 1s
     b = broadcast(tuple(target), tuple(v))
     if len(b) != len(target):

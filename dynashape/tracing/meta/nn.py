@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from torch.nn import _reduction
 
 from ...symbolic.symtypes import sym_min
-from .common import broadcast, check_equal, prod, shape
+from .common import broadcast, check_equal, prod, same, shape
 from .registry import lookup, register
 
 NN = torch._C._nn
@@ -151,7 +151,8 @@ def _conv_shape(x: tuple, w: tuple, stride, padding, dilation, groups, transpose
     else:
         p = (0,) * n if padding == "valid" else _ntuple(padding, n, "padding")
         out = tuple(_window(L, k_, s_, p_, d_) for L, k_, s_, p_, d_ in zip(spatial, k, s, p, d))
-    return x[:-n - 1] + (w[0],) + out
+    channels = 0 if same(x[-n - 1], 0) else w[0]  # torch: an input of 0 channels gives 0 out channels
+    return x[:-n - 1] + (channels,) + out
 
 
 @register(*lookup(torch, "conv1d", "conv2d", "conv3d"))

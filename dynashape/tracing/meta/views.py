@@ -3,7 +3,9 @@
 Sizes are computed with SymInt arithmetic. Guards appear only where the op
 branches on sizes: divisibility for `-1` inference, the number of outputs of
 `split`/`chunk`/`unbind`, equal sizes for `cat`/`stack`. "Is this dim 1?"
-checks are size-oblivious (`is_one`): a dynamic dim is never 1, so no guard.
+(`is_one`) adds no guard for a dynamic size (its range starts at 2); for a
+data-dependent size it takes the path that is right for every value, or
+checks at run time.
 
 >>> x.view(-1, 4)        # (s0, s1) -> (s0*s1 // 4, 4), guard (s0*s1) % 4 == 0
 """
@@ -14,7 +16,8 @@ import math
 import torch
 
 from ...symbolic.symtypes import SymBase, statically_known_true, sym_max, sym_min
-from .common import check_equal, is_one, is_tensor, norm_dim, norm_dims, prod, shape
+from .common import (assert_at_runtime, broadcast, check_equal, is_one, is_tensor, norm_dim, norm_dims, prod,
+                     same, shape)
 from .registry import lookup, register
 
 T = torch.Tensor
@@ -154,7 +157,15 @@ def unflatten(input, dim, sizes):
 def squeeze(input, dim=None):
     sizes = shape(input)
     dims = set(norm_dims(dim, len(sizes))) if sizes else set()
-    return tuple(s for i, s in enumerate(sizes) if not (i in dims and is_one(s)))
+    out = []
+    for i, s in enumerate(sizes):
+        one = is_one(s) if i in dims else False
+        if one is None:  # known only at run time: keep the dim, and fail loudly if it is 1
+            assert_at_runtime(s != 1, f"squeeze: dim {i} has size 1 at run time; the compiled code "
+                                      "kept it (its size depends on data)")
+        if not one:
+            out.append(s)
+    return tuple(out)
 
 
 @register(*lookup(torch, "unsqueeze"), *lookup(T, "unsqueeze", "unsqueeze_"))
@@ -231,7 +242,10 @@ def _expand(sizes, new):
         old = sizes[i - lead]
         if _is_minus_one(n):
             out.append(old)
-        elif is_one(old):
+        elif (one := is_one(old)) is None:  # 1 or n by data: the result is n either way
+            assert_at_runtime((old == 1) | (old == n), f"expand: size {old} must be 1 or {n}")
+            out.append(n)
+        elif one:
             out.append(n)
         else:
             check_equal(old, n)
@@ -252,6 +266,14 @@ def expand_as(self, other):
 @register(*lookup(torch, "broadcast_to"), *lookup(T, "broadcast_to"))
 def broadcast_to(input, size):
     return _expand(shape(input), size)
+
+
+@register(*lookup(torch, "broadcast_tensors"), *lookup(torch._C._VariableFunctions, "broadcast_tensors"))
+def broadcast_tensors(*tensors):
+    if len(tensors) == 1 and isinstance(tensors[0], (list, tuple)):
+        tensors = tuple(tensors[0])
+    out = broadcast(*[shape(t) for t in tensors])
+    return [out for _ in tensors]
 
 
 @register(*lookup(T, "repeat"))
@@ -294,6 +316,9 @@ def _chunks(sizes, d, lengths):
 
 def _split_even(n, size):
     """Lengths of `split(size)` along a dim of `n`: the count is guarded, the last length is a formula."""
+    if same(size, 0):  # torch allows it on an empty dim only: one empty piece
+        check_equal(n, 0)
+        return [n]
     count = (n + size - 1) // size
     k = max(int(count), 1)  # the number of outputs is a Python int: guard it
     return [size] * (k - 1) + [n - size * (k - 1)]
@@ -324,6 +349,8 @@ def chunk(input, chunks, dim=0):
     sizes = shape(input)
     d = norm_dim(dim, len(sizes))
     n = sizes[d]
+    if same(n, 0):  # an empty dim splits into `chunks` empty pieces
+        return _chunks(sizes, d, [n] * int(chunks))
     size = (n + chunks - 1) // chunks
     if isinstance(chunks, int) and chunks == 2 and statically_known_true(n >= 2):
         return _chunks(sizes, d, [size, n - size])  # ceil(n / ceil(n/2)) == 2 for every n >= 2

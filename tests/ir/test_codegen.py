@@ -1,0 +1,44 @@
+"""Generated code computes what eager computes: integer sizes stay ints, every constant round-trips."""
+import numpy as np
+import pytest
+import torch
+
+import dynashape as ds
+
+from tests.oracle import check_vs_eager
+
+NEG_INF = float("-inf")
+
+
+def _half_of_doubled(x):
+    h = torch.cat([x[x.size(0) // 2:]] * 2).flatten()
+    k = h.size(0) // 2
+    return torch.full((2,), k), k, h.split(k)
+
+
+@pytest.mark.parametrize("dynamic", [None, True])
+def test_floor_division_of_sizes_stays_an_int(dynamic):
+    cf = ds.compile(_half_of_doubled, dynamic=dynamic)
+    for n in (5, 6, 7, 9, 12):
+        x = torch.randn(n, 3)
+        want, got = _half_of_doubled(x), cf(x)
+        assert type(got[1]) is int and got[1] == want[1]
+        assert got[0].dtype == torch.int64
+        torch.testing.assert_close(got, want)
+
+
+def test_infinite_global_constants_round_trip():
+    check_vs_eager(lambda x: x.masked_fill(x < 0, NEG_INF).softmax(-1), [(torch.randn(2, n),) for n in (4, 4, 5)],
+                   dynamic=None, equal_nan=True)
+
+
+@pytest.mark.parametrize("v", [float("inf"), float("-inf"), float("nan"), 1.5])
+def test_non_finite_float_arguments_compile_once(v):
+    cf = check_vs_eager(lambda x, v: x.clamp(max=v) + v, [(torch.ones(3), v)] * 3, dynamic=None, equal_nan=True)
+    assert cf.stats.compiles == 1
+
+
+@pytest.mark.parametrize("v", [np.float64(2.0), np.float32(0.5), np.int64(3)])
+def test_numpy_scalar_arguments_compile_once(v):
+    cf = check_vs_eager(lambda x, s: x * s, [(torch.ones(3), v), (torch.ones(3), type(v)(v))], dynamic=None)
+    assert cf.stats.compiles == 1
