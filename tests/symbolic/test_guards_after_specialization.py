@@ -6,6 +6,7 @@ guard recorded earlier (`a < b`, `min(a, b)`'s `a <= b`) became a single-symbol 
 as if a range guard implied it, though the range was never narrowed. Here random sequences mix
 decisions, `int()`/`operator.index()` of expressions and equalities, then the produced guards must
 accept an input if and only if replaying the same steps on it gives the same answers.
+(They failed on main at a9ab74a; they pass since the fix of item 1.)
 """
 import itertools
 import operator
@@ -90,14 +91,12 @@ def _check(data, duck, complete):
             assert same or not accepted, (program, hints, other, [g.code for g in guards])
 
 
-@pytest.mark.xfail(strict=False, reason="issue 10 item 1, being fixed on main")
 @settings(max_examples=200, deadline=None)
 @given(data=st.data())
 def test_guards_after_specializations_accept_only_inputs_that_decide_the_same_way(data):
     _check(data, duck=False, complete=False)
 
 
-@pytest.mark.xfail(strict=False, reason="issue 10 item 1, being fixed on main")
 @settings(max_examples=100, deadline=None)
 @given(data=st.data())
 def test_with_duck_sizing_guards_after_specializations_stay_sound(data):
@@ -110,7 +109,6 @@ def test_guards_after_specializations_accept_every_input_that_decides_the_same_w
     _check(data, duck=False, complete=True)
 
 
-@pytest.mark.xfail(strict=False, reason="issue 10 item 1, being fixed on main")
 def test_relational_guard_survives_a_later_specialization_of_one_side():
     env = ShapeEnv(duck_shape=False)
     a = env.symint(3, SizeSource(LocalSource("x"), 0))
@@ -122,7 +120,6 @@ def test_relational_guard_survives_a_later_specialization_of_one_side():
     assert not fn({"x": T(3), "y": T(3)})  # 3 < 3 is false: eager would take the other branch
 
 
-@pytest.mark.xfail(strict=False, reason="issue 10 item 1, being fixed on main")
 def test_relational_guard_survives_a_later_range_over_the_larger_side():
     env = ShapeEnv()
     a = env.symint(3, SizeSource(LocalSource("x"), 0))
