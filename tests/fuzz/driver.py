@@ -58,7 +58,7 @@ def skeleton(f: Failure) -> tuple:
 
 def fuzz(seed: int, seconds: float, *, out_dir: str | None = None, reduce_s: float = 20.0, max_reduce: int = 40,
          reserve_s: float = 0.0, calls_per_program=(15, 24), exclude: str | None = None, log=print) -> Report:
-    """Run random programs for `seconds` (the last `reserve_s` are kept for reducing).
+    """Run random programs for `seconds` (the last `reserve_s` are kept for reducing, if anything failed).
     `exclude`: a regex of statements not to generate (to look past a known, frequent bug)."""
     rng = random.Random(seed)
     rep = Report(seed)
@@ -70,7 +70,7 @@ def fuzz(seed: int, seconds: float, *, out_dir: str | None = None, reduce_s: flo
         os.makedirs(out_dir, exist_ok=True)
     next_note = start + 60
     try:
-        while time.monotonic() - start < seconds - reserve_s:
+        while time.monotonic() - start < seconds - (reserve_s if found else 0.0):  # nothing found: all fuzzing
             if time.monotonic() > next_note:  # a sign of life on long runs
                 next_note += 60
                 log(f"  {time.monotonic() - start:.0f} s: {rep.programs} programs, {rep.failures} failures, "
