@@ -8,13 +8,15 @@ function per mode) on the same calls; eager runs once per call. Failure classes:
 - `crash`: the compiled call raised where eager returned;
 - `noraise`: eager raised, the compiled call returned;
 - `exc-type`: both raised, with different exception types;
-- `leak`: a FakeTensor or a dynashape symbolic value is in the returned value.
+- `leak`: a FakeTensor or a dynashape symbolic value is in the returned value;
+- `hang`: one mode's calls took longer than `TIME_LIMIT_S` (eager takes milliseconds).
 """
 from __future__ import annotations
 
 import linecache
 import math
 import random
+import signal
 import warnings
 from dataclasses import dataclass, field
 
@@ -27,6 +29,15 @@ from dynashape.tracing.fake import FakeTensor
 from .gen import REF_SIZES, Program, make_inputs, random_call
 
 MODES = (None, True, False)
+TIME_LIMIT_S = 20.0  # per program and mode: a compile slower than this is a finding, not a stuck run
+
+
+class _TimeLimit(BaseException):  # not an Exception: dynashape's own handlers must not catch it
+    pass
+
+
+def _alarm(signum, frame):
+    raise _TimeLimit()
 torch.set_num_threads(1)  # tiny tensors: threads only add overhead on a shared machine
 
 
@@ -180,13 +191,28 @@ def check_program(prog: Program, calls: list, modes=MODES, stats=None) -> list:
         eager = eager_results(fn, prog, calls)
         failures = []
         for mode in modes:  # check_mode compiles afresh: no ds.reset(), which would touch other tests' functions
-            f = check_mode(fn, prog, calls, eager, mode)
+            f = _limited(fn, prog, calls, eager, mode)
             if stats is not None:
                 stats["calls"] += len(calls) if f is None else f.call + 1
             if f is not None:
                 f.program, f.calls = prog, calls
                 failures.append(f)
         return failures
+
+
+def _limited(fn, prog, calls, eager, mode) -> Failure | None:
+    """check_mode, or a `hang` failure after TIME_LIMIT_S (SIGALRM: main thread, Unix only)."""
+    if not hasattr(signal, "SIGALRM") or TIME_LIMIT_S <= 0:
+        return check_mode(fn, prog, calls, eager, mode)
+    old = signal.signal(signal.SIGALRM, _alarm)
+    signal.setitimer(signal.ITIMER_REAL, TIME_LIMIT_S)
+    try:
+        return check_mode(fn, prog, calls, eager, mode)
+    except _TimeLimit:
+        return Failure("hang", mode, len(calls) - 1, f"the compiled calls took more than {TIME_LIMIT_S:g} s")
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
 
 
 def random_calls(seed: int, prog: Program, k: int) -> list:

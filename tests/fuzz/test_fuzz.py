@@ -101,3 +101,21 @@ def test_a_wrong_compiler_is_caught_and_reduced_to_a_short_standalone_script(mon
     path = tmp_path / "repro.py"
     path.write_text(script(r))
     compile(path.read_text(), str(path), "exec")  # a valid standalone script
+
+
+class _SlowCompile:
+    """A stand-in compiler whose compiled function never finishes in time."""
+
+    def __call__(self, fn, dynamic=None):
+        def run(*args):
+            import time
+            time.sleep(5)
+        return run
+
+
+def test_a_compile_slower_than_the_time_limit_is_a_hang_not_a_stuck_run(monkeypatch):
+    monkeypatch.setattr(fuzz_run.ds, "compile", _SlowCompile())
+    monkeypatch.setattr(fuzz_run, "TIME_LIMIT_S", 0.3)
+    prog = generate(3)
+    (f,) = check_program(prog, random_calls(3, prog, 3), modes=(True,))
+    assert f.kind == "hang" and "0.3 s" in f.message
