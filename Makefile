@@ -3,7 +3,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test bench install clean test-services
+.PHONY: demo test bench fuzz install clean test-services
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -37,6 +37,13 @@ test-services:
 
 bench: $(STAMP)
 	for f in bench/[!_]*.py; do echo "== $$f"; $(BIN)/python $$f || exit 1; done
+
+# The soundness fuzzer with a random seed (or FUZZ_SEED=...): failing programs, original and
+# reduced, go to fuzz-failures/seed-<seed>/ as standalone scripts.
+FUZZ_MINUTES ?= 10
+FUZZ_SEED ?=
+fuzz: $(STAMP)
+	$(BIN)/python -m tests.fuzz --minutes $(FUZZ_MINUTES) $(if $(FUZZ_SEED),--seed $(FUZZ_SEED))
 
 clean:
 	rm -rf $(VENV)

@@ -1,0 +1,122 @@
+"""The fuzzing loop: generate, run, deduplicate, reduce, write out.
+
+    python -m tests.fuzz --minutes 10 --seed 123 --out fuzz-failures
+"""
+from __future__ import annotations
+
+import os
+import random
+import re
+import time
+from dataclasses import dataclass, field
+
+from .gen import generate
+from .reduce import reduce, script
+from .run import Failure, check_program, random_calls
+
+
+@dataclass
+class Report:
+    seed: int
+    programs: int = 0
+    calls: int = 0
+    failures: int = 0  # failing (program, mode) pairs
+    seconds: float = 0.0
+    cpu_seconds: float = 0.0  # this process's CPU time: throughput on a shared machine
+    fuzz_seconds: float = 0.0  # running programs, before reducing the failures
+    distinct: dict = field(default_factory=dict)  # key -> [reduced Failure, how many times seen]
+
+    def summary(self) -> str:
+        rate = self.programs / self.fuzz_seconds if self.fuzz_seconds else 0.0
+        lines = [f"fuzz: seed {self.seed}, {self.programs} programs ({rate:.1f}/s, 3 modes each), "
+                 f"{self.calls} compiled calls, {self.failures} failures, {len(self.distinct)} distinct, "
+                 f"{self.seconds:.0f} s ({self.cpu_seconds:.0f} s CPU)"]
+        for key, (f, count) in self.distinct.items():
+            lines.append(f"  [{count}x] {f.headline()}")
+        return "\n".join(lines)
+
+
+def key_of(f: Failure) -> tuple:
+    """Failures that look alike: class, exception type, the message without numbers and symbols."""
+    msg = re.sub(r"Sym\([^)]*\)", "Sym", f.message.splitlines()[0] if f.message else "")
+    msg = re.sub(r"\b[su]\d+\b", "s", msg)
+    msg = re.sub(r"-?\d+(\.\d+)?", "N", msg)
+    msg = re.sub(r"<fuzz-N>:N", "<fuzz>", msg)
+    return (f.kind, f.exc, msg[:120])
+
+
+def skeleton(f: Failure) -> tuple:
+    """The ops a reduced program calls: two reductions of one bug usually share them."""
+    names = set()
+    for s in f.program.body:
+        for ln in s.lines:
+            names.update(re.findall(r"\.?([A-Za-z_]\w*)\(", ln))
+    for r in f.program.ret:
+        names.update(re.findall(r"\.?([A-Za-z_]\w*)\b", r))
+    return (f.kind, f.exc, tuple(sorted(names)))
+
+
+def fuzz(seed: int, seconds: float, *, out_dir: str | None = None, reduce_s: float = 20.0, max_reduce: int = 40,
+         reserve_s: float = 0.0, calls_per_program=(15, 24), exclude: str | None = None, log=print) -> Report:
+    """Run random programs for `seconds` (the last `reserve_s` are kept for reducing, if anything failed).
+    `exclude`: a regex of statements not to generate (to look past a known, frequent bug)."""
+    rng = random.Random(seed)
+    rep = Report(seed)
+    stats = {"calls": 0}
+    start, cpu0 = time.monotonic(), time.process_time()
+    found: list[Failure] = []
+    keys: dict = {}
+    if out_dir:
+        os.makedirs(out_dir, exist_ok=True)
+    next_note = start + 60
+    try:
+        while time.monotonic() - start < seconds - (reserve_s if found else 0.0):  # nothing found: all fuzzing
+            if time.monotonic() > next_note:  # a sign of life on long runs
+                next_note += 60
+                log(f"  {time.monotonic() - start:.0f} s: {rep.programs} programs, {rep.failures} failures, "
+                    f"{len(keys)} kinds")
+            pseed = rng.getrandbits(48)
+            prog = generate(pseed, exclude)
+            calls = random_calls(pseed, prog, rng.randint(*calls_per_program))
+            rep.programs += 1
+            for f in check_program(prog, calls, stats=stats):
+                rep.failures += 1
+                k = key_of(f)
+                keys[k] = keys.get(k, 0) + 1
+                if keys[k] <= (2 if f.kind == "wrong" else 1):  # wrong results: same message, maybe two bugs
+                    found.append(f)
+        rep.fuzz_seconds = time.monotonic() - start
+        n = 0
+        skeletons: dict = {}
+        for f in found:
+            if n >= max_reduce or time.monotonic() - start > seconds:
+                break
+            n += 1
+            r = f if f.kind == "hang" else reduce(f, reduce_s)  # each try of a hang costs the time limit
+            sk = skeleton(r)
+            k = key_of(f)
+            if sk in skeletons or any(key_of(g) == k and skeleton(g) == sk for g, _ in rep.distinct.values()):
+                continue
+            skeletons[sk] = True
+            rep.distinct[(k, sk)] = [r, keys[k]]
+            if out_dir:
+                _write(out_dir, len(rep.distinct), f, r)
+            log(f"reduced: {r.headline()}")
+    except KeyboardInterrupt:
+        log("interrupted")
+    rep.calls = stats["calls"]
+    rep.seconds = time.monotonic() - start
+    rep.cpu_seconds = time.process_time() - cpu0
+    rep.fuzz_seconds = rep.fuzz_seconds or rep.seconds  # interrupted while running programs
+    if out_dir:
+        with open(os.path.join(out_dir, "summary.txt"), "w") as fh:
+            fh.write(rep.summary() + "\n")
+    return rep
+
+
+def _write(out_dir: str, i: int, orig: Failure, red: Failure) -> None:
+    stem = f"{i:03d}-{red.kind}{'-' + red.exc.replace('->', '-to-') if red.exc else ''}"
+    with open(os.path.join(out_dir, stem + ".py"), "w") as fh:
+        fh.write(script(red))
+    with open(os.path.join(out_dir, stem + ".orig.py"), "w") as fh:
+        fh.write(script(orig))
