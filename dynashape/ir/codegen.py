@@ -127,6 +127,10 @@ def generate(g: Graph, name: str = "forward") -> tuple[str, dict]:
         for u in _nodes_in((n.args, n.kwargs)):
             last_use[u] = i
     outputs = set(_nodes_in(g.output_node.args)) if g.output_node else set()
+    dies_at: dict[int, list] = {}  # node index -> the values last used there (linear, not a scan per node)
+    for u, j in last_use.items():
+        if u not in outputs:
+            dies_at.setdefault(j, []).append(u.name)
     lines = [f"def {name}(L):"]
     grad = None
     switched = False
@@ -171,7 +175,7 @@ def generate(g: Graph, name: str = "forward") -> tuple[str, dict]:
                 body.append("torch._C._set_grad_enabled(_grad0)")
             body.append(f"return {em.arg(n.args[0])}")
             continue
-        dead = [u.name for u, j in last_use.items() if j == i and u not in outputs]
+        dead = list(dies_at.get(i, ()))
         if n.kind != "output" and not n.users and n not in outputs and n.kind == "call":
             dead.append(n.name)
         if dead:

@@ -99,8 +99,7 @@ CASES = {
 }
 
 
-OPEN = {"tolist_floats_traced_as_int64", "squeeze_of_a_data_dependent_dim_of_size_one",
-        "stride_of_a_slice_after_a_size_one_dim_grows"}  # failing on main at 5ef06ea
+OPEN: set = set()  # cases still failing on main (none)
 
 
 def _program(stmts, ret, inputs) -> Program:

@@ -19,7 +19,6 @@ BUDGET = float(os.environ.get("DYNASHAPE_FUZZ_SECONDS", "60"))
 SEED = 20261123
 
 
-@pytest.mark.xfail(strict=False, reason="issue 10 fixes in progress on main")
 @pytest.mark.skipif(BUDGET <= 0, reason="DYNASHAPE_FUZZ_SECONDS=0")
 def test_random_programs_compiled_under_every_mode_match_eager():
     rep = fuzz(SEED, BUDGET, reduce_s=4.0, max_reduce=4, reserve_s=min(5.0, BUDGET / 4), log=lambda m: None)

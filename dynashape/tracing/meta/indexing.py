@@ -35,13 +35,12 @@ def _decide(cond):
 
 
 def _clamp(i, n):
-    """A slice bound as Python clamps it into [0, n]. A data-dependent bound of unknown sign is
-    taken as counted from the start (checked >= 0 at run time), as torch.export does."""
+    """A slice bound as Python clamps it into [0, n]. A data-dependent bound of unknown sign gets
+    the exact formula for either sign: `neg` is 1 when i < 0 and 0 otherwise (i // (|i| + 1))."""
     negative = _decide(i < 0)
     if negative is None:
-        assert_at_runtime(i >= 0, f"a slice bound computed from data must be >= 0 here: "
-                                  f"{i.node.env.describe(i.node.expr)}")
-        negative = False
+        neg = -(i // (abs(i) + 1))
+        return sym_min(sym_max(i + n * neg, 0), n)
     if negative:
         i = i + n
         below = _decide(i < 0)

@@ -226,3 +226,12 @@ ALIASES = [T.__getitem__, T.__setitem__, torch.index_select, T.index_select, tor
 def test_every_alias_has_a_rule():
     missing = [f for f in ALIASES if get_rule(f) is None]
     assert not missing, missing
+
+
+def test_slice_bounds_from_data_of_either_sign_follow_python():
+    def f(y):
+        v = torch.where(y > 0)[0].float()
+        return v[v.size(0) // 1: v.size(0) - 1], v[: v.size(0) - 2], v[v.size(0) - 3:]
+    cases = [(torch.tensor(t),) for t in ([1., -1, 2, 3], [-1., -1, -1, -1], [1., -1, -1, -1], [1., 1, 1, 1])]
+    check_vs_eager(f, cases, dynamic=True)
+
