@@ -22,6 +22,7 @@ from ..symbolic.guard_output import ShapeGuard, explain_failure, produce_guards
 from ..symbolic.printer import pyexpr
 from ..symbolic.sources import SizeSource, Source
 from ..tracing.inputs import TensorInput, ValueInput
+from ..tracing.meta.common import canonical_strides
 from ..tracing.meta_cache import autocast_state
 from . import module_epoch
 
@@ -236,15 +237,6 @@ def _aliasing_guards(tracer, local_of, lines, readable, ns) -> list:
         extra.append((f"{src.name()} is {first.name()}", f"{src.pretty()} is the same tensor as {first.pretty()} "
                       "(as when traced)", None))
     return extra
-
-
-def canonical_strides(shape) -> tuple:
-    """The strides of `torch.empty(shape)`."""
-    out, acc = [], 1
-    for n in reversed(shape):
-        out.append(acc)
-        acc *= max(n, 1)
-    return tuple(reversed(out))
 
 
 def shares_memory(*tensors) -> bool:

@@ -160,7 +160,7 @@ def _q_storage_offset(mode, t):
 
 
 def _q_is_contiguous(mode, t, memory_format=torch.contiguous_format):
-    mode.tracer.observe_strides(t)
+    mode.tracer.observe_strides(t, exact=False)  # contiguity ignores the strides of size-1 dims
     return T.is_contiguous(t, memory_format=memory_format)
 
 

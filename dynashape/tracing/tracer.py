@@ -25,6 +25,7 @@ from . import meta_cache
 from .fake import FakeTensor, make_fake
 from .inputs import TensorInput, ValueInput
 from .names import target_name
+from .meta.common import canonical_strides
 from .mode import _FACTORIES, TracingMode, symbolic_strides
 from .global_state import intercept_global_state
 from .state import tracing_scope
@@ -264,7 +265,7 @@ class Tracer:
         self.offsets_observed = True  # the guards check each input's storage offset
         return offset
 
-    def observe_strides(self, t: FakeTensor):
+    def observe_strides(self, t: FakeTensor, exact: bool = True):
         """The user read strides or contiguity: guard the inputs' layouts from now on.
 
         Dense layouts have strides in terms of the sizes. A size-1 (or empty) dim's stride is
@@ -289,6 +290,14 @@ class Tracer:
                 return strides
             if is_input:
                 return tuple(meta[d] if d in degenerate else s for d, s in enumerate(strides))
+        if exact and not is_input and not getattr(t, "ds_view", False):
+            shape = tuple(torch.Tensor.size(t))
+            odd = [d for d, n in enumerate(shape) if (n <= 1 or 0 in shape) and meta[d] != canonical_strides(shape)[d]]
+            if odd:  # a fresh tensor whose empty or size-1 dims the meta kernel laid out unlike
+                # torch.empty would: the device kernel may choose otherwise (they differ there)
+                raise GraphBreak("stride() of a computed tensor with empty or size-1 dims (the meta and "
+                                 "device kernels may lay those out differently)", user_location(),
+                                 "What to do: read strides of inputs, or of .contiguous() results.")
         for sym in list(self.env.var_to_val):
             if sym.is_integer and sym not in self.env.replacements:
                 self.env.guard_int(sym)

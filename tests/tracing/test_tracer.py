@@ -97,3 +97,12 @@ def test_a_views_strides_follow_its_base_on_every_shape(fn):
     for shape in [(0, 0, 0), (2, 2, 1), (2, 2, 2), (3, 2, 5), (3, 4, 5), (3, 4, 1)]:
         x = torch.zeros(shape)
         assert cf(x) == fn(x), shape
+
+
+@pytest.mark.parametrize("dynamic", [None, True, False])
+def test_strides_of_empty_reduction_results_equal_eager_or_run_eagerly(dynamic):
+    fn = lambda y: (y.prod(-2, keepdim=True).stride(), y.sum(-1, keepdim=True).is_contiguous())  # noqa: E731
+    cf = ds.compile(fn, dynamic=dynamic)
+    for shape in [(0, 0, 0), (2, 3, 4), (0, 2, 0), (3, 1, 2), (4, 3, 2)]:
+        y = torch.randn(shape)
+        assert cf(y) == fn(y), shape

@@ -126,6 +126,15 @@ def contiguous_strides(sizes) -> tuple:
     return tuple(reversed(strides))
 
 
+def canonical_strides(shape) -> tuple:
+    """The strides of `torch.empty(shape)` (concrete sizes)."""
+    out, acc = [], 1
+    for n in reversed(shape):
+        out.append(acc)
+        acc *= max(n, 1)
+    return tuple(reversed(out))
+
+
 def _max1(s):
     if isinstance(s, int):
         return max(s, 1)
