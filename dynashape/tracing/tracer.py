@@ -274,6 +274,12 @@ class Tracer:
         strides (exact once the input layouts are guarded) are the answer."""
         self.strides_observed = True
         meta = tuple(T_stride(t))
+        if exact and getattr(t, "ds_odd_layout", False):
+            # empty or size-1 dims that a meta kernel laid out unlike torch.empty would (or a view of
+            # such a tensor): the device kernel may choose otherwise (they differ there)
+            raise GraphBreak("stride() of a computed tensor with empty or size-1 dims (the meta and "
+                             "device kernels may lay those out differently)", user_location(),
+                             "What to do: read strides of inputs, or of .contiguous() results.")
         for n in t.ds_sizes:  # a size that may be 0 or 1 (size-oblivious): decide which, by the example
             if isinstance(n, SymBase) and not n >= 2:
                 int(n)
@@ -290,14 +296,6 @@ class Tracer:
                 return strides
             if is_input:
                 return tuple(meta[d] if d in degenerate else s for d, s in enumerate(strides))
-        if exact and not is_input and not getattr(t, "ds_view", False):
-            shape = tuple(torch.Tensor.size(t))
-            odd = [d for d, n in enumerate(shape) if (n <= 1 or 0 in shape) and meta[d] != canonical_strides(shape)[d]]
-            if odd:  # a fresh tensor whose empty or size-1 dims the meta kernel laid out unlike
-                # torch.empty would: the device kernel may choose otherwise (they differ there)
-                raise GraphBreak("stride() of a computed tensor with empty or size-1 dims (the meta and "
-                                 "device kernels may lay those out differently)", user_location(),
-                                 "What to do: read strides of inputs, or of .contiguous() results.")
         for sym in list(self.env.var_to_val):
             if sym.is_integer and sym not in self.env.replacements:
                 self.env.guard_int(sym)
@@ -431,6 +429,8 @@ class Tracer:
         in_fakes = {id(a): a for a in leaves((args, kwargs)) if isinstance(a, FakeTensor)} \
             if _is_inplace(func, kwargs) else {}
 
+        odd_inputs = any(getattr(a, "ds_odd_layout", False) for a in leaves((args, kwargs)))
+
         def wrap(x, path):
             if not isinstance(x, torch.Tensor):
                 return x
@@ -445,6 +445,7 @@ class Tracer:
                                     None, torch.is_grad_enabled(), name_hint=f"{node.name}_{k}")
             fake = make_fake(x, shapes[i], n, device, self)
             fake.ds_view = x._is_view()  # its layout follows its base's, which the trace does not model
+            fake.ds_odd_layout = odd_inputs or (not fake.ds_view and _odd_layout(x))
             return fake
 
         return _wrap_out(out, wrap, ())
@@ -551,6 +552,15 @@ def _is_inplace(func, kwargs) -> bool:
     if name in _INPLACE_DUNDERS or (name.endswith("_") and not name.startswith("_")):
         return True
     return kwargs.get("out") is not None
+
+
+def _odd_layout(meta: torch.Tensor) -> bool:
+    """Empty or size-1 dims whose meta strides are not torch.empty's: device kernels may differ."""
+    shape, strides = tuple(meta.shape), meta.stride()
+    if not any(n <= 1 for n in shape):
+        return False
+    canon = canonical_strides(shape)
+    return any((n <= 1 or 0 in shape) and st != c for n, st, c in zip(shape, strides, canon))
 
 
 def T_stride(t):

@@ -266,3 +266,11 @@ def test_one_argument_where_stays_in_the_graph_like_nonzero():
 
     cf = check_vs_eager(where1, [(torch.randn(n),) for n in (5, 7, 9)], dynamic=None)
     assert cf.stats.graph_breaks == [] and cf.stats.compiles >= 1
+
+
+def test_a_data_dependent_length_broadcast_against_a_size_that_becomes_one():
+    def f(x):
+        v0 = x.logsumexp(-1)
+        return v0[v0 > 0][:1] * x
+    cases = [(torch.randn(0, 0),), (torch.ones(2, 2),), (-torch.ones(2, 1),), (torch.ones(2, 1),), (torch.ones(3, 3),)]
+    check_vs_eager(f, cases, dynamic=None)

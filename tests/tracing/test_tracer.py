@@ -106,3 +106,11 @@ def test_strides_of_empty_reduction_results_equal_eager_or_run_eagerly(dynamic):
     for shape in [(0, 0, 0), (2, 3, 4), (0, 2, 0), (3, 1, 2), (4, 3, 2)]:
         y = torch.randn(shape)
         assert cf(y) == fn(y), shape
+
+
+def test_a_view_of_an_empty_reduction_reads_strides_like_eager():
+    fn = lambda y: y.prod(-2, keepdim=True).movedim(0, -1).stride()  # noqa: E731
+    cf = ds.compile(fn)
+    for shape in [(0, 0, 0), (2, 3, 4), (3, 4, 5)]:
+        y = torch.randn(shape)
+        assert cf(y) == fn(y), shape

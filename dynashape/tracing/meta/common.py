@@ -89,11 +89,9 @@ def broadcast(*shapes) -> tuple:
         if all(_same_expr(d, dims[0]) for d in dims[1:]):  # equal sizes broadcast trivially: ask nothing
             out.append(dims[0])
             continue
-        known, unknown = [], []  # dims known not to be 1; dims that are 1 or not by data
-        for d in dims:
-            one = is_one(d, oblivious=True)
-            if one is not True:
-                (known if one is False else unknown).append(d)
+        known, unknown = _split_ones(dims, oblivious=True)
+        if unknown:  # next to a data-dependent dim, a size taken as not 1 unguarded could be 1: ask
+            known, unknown = _split_ones(dims, oblivious=False)
         if known:  # the result is that size; a data-dependent dim must be 1 or equal to it
             cur = known[0]
             for d in known[1:]:
@@ -108,6 +106,16 @@ def broadcast(*shapes) -> tuple:
             cur = 1
         out.append(cur)
     return tuple(out)
+
+
+def _split_ones(dims, oblivious):
+    """(dims known not to be 1, dims that are 1 or not by data); dims known to be 1 drop out."""
+    known, unknown = [], []
+    for d in dims:
+        one = is_one(d, oblivious=oblivious)
+        if one is not True:
+            (known if one is False else unknown).append(d)
+    return known, unknown
 
 
 def prod(sizes, start=1):
