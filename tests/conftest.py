@@ -1,13 +1,31 @@
 """Shared fixtures: every test gets its own PGO store, so no test reads another's profiles and
-the suite never writes profiles into the user's home directory."""
+the suite never writes profiles into the user's home directory.
+
+DYNASHAPE_TEST_BACKEND=fused runs the whole suite with `ds.compile`'s default backend set to
+"fused" (kernels built before the first call returns, one kernel cache for the session); tests
+that name a backend keep theirs."""
+import os
+
 import pytest
 
 import dynashape as ds
 
+TEST_BACKEND = os.environ.get("DYNASHAPE_TEST_BACKEND") or ds.config.backend
+
+
+def pytest_report_header(config):
+    return f"dynashape backend: {TEST_BACKEND}"
+
+
+@pytest.fixture(scope="session")
+def _kernel_dir(tmp_path_factory):
+    return str(tmp_path_factory.mktemp("kernels"))
+
 
 @pytest.fixture(autouse=True)
-def _isolated_pgo_store(tmp_path_factory):
-    with ds.config.patch(pgo_dir=str(tmp_path_factory.mktemp("pgo")), pgo_remote="", job_id=""):
+def _isolated_pgo_store(tmp_path_factory, _kernel_dir):
+    with ds.config.patch(pgo_dir=str(tmp_path_factory.mktemp("pgo")), pgo_remote="", job_id="",
+                         backend=TEST_BACKEND, fused_sync=TEST_BACKEND == "fused", fused_cache_dir=_kernel_dir):
         yield
 
 

@@ -94,7 +94,8 @@ class Entry:
 class CompiledFunction:
     """A function compiled by dynashape; call it like the original."""
 
-    def __init__(self, fn, *, dynamic=None, fullgraph=False, backend="eager", bound_module=None):
+    def __init__(self, fn, *, dynamic=None, fullgraph=False, backend=None, bound_module=None):
+        backend = config.backend if backend is None else backend  # None: the configured default
         self._orig = fn
         self._fn = fn
         self.dynamic = dynamic
@@ -569,7 +570,7 @@ class CompiledModule(torch.nn.Module):
             return getattr(self._orig_mod, name)
 
 
-def compile(fn=None, *, dynamic=None, fullgraph=False, backend="eager"):
+def compile(fn=None, *, dynamic=None, fullgraph=False, backend=None):
     """Compile a function or nn.Module; also a decorator with or without arguments.
 
     >>> import torch, dynashape as ds

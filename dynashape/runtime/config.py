@@ -30,13 +30,15 @@ _DEFAULTS: dict[str, tuple[type, object]] = {
     "pgo_remote_timeout": (float, 0.5),  # seconds: the most one Redis operation may take (then local only)
     "enable_compiler_collectives": (bool, False),
     "trace_dir": (str, ""),  # the structured compile trace (tlparse, `python -m dynashape report`)
+    "backend": (str, "eager"),  # what ds.compile(backend=None) uses: "eager" or "fused"
     "fused_sync": (bool, False),  # backend="fused": wait for the C++ compiler instead of running eagerly meanwhile
     "fused_cache_dir": (str, ""),  # compiled kernels; default <pgo_dir>/kernels
 }
 _ENV = {"dynamic_sources": "DYNASHAPE_DYNAMIC_SOURCES", "unbacked_sources": "DYNASHAPE_UNBACKED_SOURCES",
         "job_id": "DYNASHAPE_JOB_ID", "pgo_remote": "DYNASHAPE_PGO_REMOTE", "pgo_dir": "DYNASHAPE_CACHE_DIR",
         "pgo_remote_timeout": "DYNASHAPE_PGO_REMOTE_TIMEOUT",
-        "trace_dir": "DYNASHAPE_TRACE", "fused_cache_dir": "DYNASHAPE_FUSED_CACHE_DIR"}
+        "trace_dir": "DYNASHAPE_TRACE", "fused_cache_dir": "DYNASHAPE_FUSED_CACHE_DIR",
+        "backend": "DYNASHAPE_BACKEND"}
 _WATCH = {"trace_dir": tracehook.set_directory}  # knobs that low layers read as a flag
 
 

@@ -5,6 +5,7 @@ import random
 import sys
 
 from .driver import fuzz
+from .run import use_backend
 
 
 def main(argv=None) -> int:
@@ -15,20 +16,26 @@ def main(argv=None) -> int:
     ap.add_argument("--reduce-seconds", type=float, default=20.0, help="time limit per reduction")
     ap.add_argument("--exclude", default=os.environ.get("FUZZ_EXCLUDE") or None,
                     help="regex: statements not to generate, to look past known bugs (e.g. '>>|&|chunk')")
+    ap.add_argument("--backend", choices=("eager", "fused"), default=os.environ.get("FUZZ_BACKEND", "eager"),
+                    help="the backend programs compile with (fused: kernels built before each call returns)")
     ap.add_argument("--reduce", metavar="SCRIPT", nargs="+",
                     help="re-run and shrink failing scripts written earlier (to SCRIPT.reduced.py)")
     args = ap.parse_args(argv)
+    use_backend(args.backend)
     if args.reduce:
         return _reduce_scripts(args.reduce, args.reduce_seconds)
     seed = args.seed if args.seed is not None else random.SystemRandom().getrandbits(32)
     seconds = args.minutes * 60
     out = os.path.join(args.out, f"seed-{seed}")
-    print(f"fuzz: seed {seed}, {args.minutes:g} min, failing programs go to {out}/", flush=True)
+    print(f"fuzz: seed {seed}, {args.minutes:g} min, backend {args.backend}, failing programs go to {out}/", flush=True)
     rep = fuzz(seed, seconds, out_dir=out, reduce_s=args.reduce_seconds, reserve_s=min(120.0, seconds * 0.1),
                exclude=args.exclude, log=lambda m: print(m, flush=True))
     print(rep.summary())
     print(f"programs {rep.programs}, calls {rep.calls}, failures {rep.failures} "
-          f"({len(rep.distinct)} distinct), seed {seed}, duration {rep.seconds:.0f} s")
+          f"({len(rep.distinct)} distinct), seed {seed}, backend {args.backend}, duration {rep.seconds:.0f} s")
+    if args.backend == "fused":  # kernels were really used (not only eager fallbacks); failures: regions left to torch
+        from dynashape.backends.fused import counters
+        print("fused kernels: " + ", ".join(f"{k} {v}" for k, v in counters.items()))
     return 1 if rep.failures else 0
 
 

@@ -13,8 +13,10 @@ import copy
 import re
 import time
 
+import dynashape as ds
+
 from .gen import SIZES, Program, Stmt
-from .run import Failure, check_program
+from .run import Failure, check_program, use_backend
 
 
 class Reducer:
@@ -225,6 +227,7 @@ def load_script(path: str):
         body.append(stmt)
     prog = Program([Input(n, k, tuple(d)) for n, k, d in ns["INPUTS"]], body, _split_top(ret))
     calls = [Call(dict(d), n, seed, alias, float(a)) for d, n, seed, alias, a in ns["CALLS"]]
+    use_backend(ns.get("BACKEND", "eager"))  # scripts written before the backend was recorded: eager
     return prog, calls, ns["MODE"]
 
 
@@ -263,6 +266,7 @@ from dynashape.tracing.fake import FakeTensor
 INPUTS = {inputs!r}  # (name, kind, dims): kind float / mask / int
 CALLS = {calls}  # (sizes of the dim variables, the int argument, data seed, y is x, the float argument)
 MODE = {mode!r}  # dynashape.compile(..., dynamic=MODE)
+BACKEND = {backend!r}  # dynashape.compile(..., backend=BACKEND)
 
 
 def make_inputs(dims, n, seed, alias=False, a=1.5):
@@ -309,7 +313,8 @@ def same(a, b):
 def main():
     warnings.simplefilter("ignore")
     ds.config.pgo = False  # no profile from an earlier run: each run starts fresh
-    cf = ds.compile({name}, dynamic=MODE)
+    ds.config.fused_sync = True  # backend="fused": the kernels run from the first call
+    cf = ds.compile({name}, dynamic=MODE, backend=BACKEND)
     for i, (dims, n, seed, alias, a) in enumerate(CALLS):
         want, werr = run({name}, make_inputs(dims, n, seed, alias, a))
         args = make_inputs(dims, n, seed, alias, a)
@@ -353,4 +358,4 @@ def script(f: Failure) -> str:
     calls = "[" + ", ".join(f"({s!r}, {c.n}, {c.seed}, {c.alias}, {str(c.a)!r})"  # the float as text: 'inf', 'nan'
                             for s, c in zip(sizes, f.calls)) + "]"
     return _SCRIPT.format(headline=f.headline().replace('"""', "'''"), body=body, inputs=inputs, calls=calls,
-                          mode=f.mode, name=p.name)
+                          mode=f.mode, name=p.name, backend=ds.config.backend)

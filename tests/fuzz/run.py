@@ -30,6 +30,13 @@ from .gen import REF_SIZES, Program, make_inputs, random_call
 
 MODES = (None, True, False)
 TIME_LIMIT_S = 20.0  # per program and mode: a compile slower than this is a finding, not a stuck run
+FUSED_TIME_LIMIT_S = 120.0  # backend="fused" waits for g++ (a few kernels per mode): slow, not stuck
+
+
+def use_backend(name: str) -> None:
+    """Compile every program with `name` ("eager" or "fused"; fused kernels built before the call returns)."""
+    ds.config.backend = name
+    ds.config.fused_sync = name == "fused"
 
 
 class _TimeLimit(BaseException):  # not an Exception: dynashape's own handlers must not catch it
@@ -202,14 +209,15 @@ def check_program(prog: Program, calls: list, modes=MODES, stats=None) -> list:
 
 def _limited(fn, prog, calls, eager, mode) -> Failure | None:
     """check_mode, or a `hang` failure after TIME_LIMIT_S (SIGALRM: main thread, Unix only)."""
-    if not hasattr(signal, "SIGALRM") or TIME_LIMIT_S <= 0:
+    limit = FUSED_TIME_LIMIT_S if ds.config.backend == "fused" else TIME_LIMIT_S
+    if not hasattr(signal, "SIGALRM") or limit <= 0:
         return check_mode(fn, prog, calls, eager, mode)
     old = signal.signal(signal.SIGALRM, _alarm)
-    signal.setitimer(signal.ITIMER_REAL, TIME_LIMIT_S)
+    signal.setitimer(signal.ITIMER_REAL, limit)
     try:
         return check_mode(fn, prog, calls, eager, mode)
     except _TimeLimit:
-        return Failure("hang", mode, len(calls) - 1, f"the compiled calls took more than {TIME_LIMIT_S:g} s")
+        return Failure("hang", mode, len(calls) - 1, f"the compiled calls took more than {limit:g} s")
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, old)

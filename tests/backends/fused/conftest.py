@@ -5,11 +5,6 @@ import pytest
 import dynashape as ds
 
 
-@pytest.fixture(scope="session")
-def _kernel_dir(tmp_path_factory):
-    return str(tmp_path_factory.mktemp("kernels"))
-
-
 @pytest.fixture(autouse=True)
 def _fused_sync(_kernel_dir):
     with ds.config.patch(fused_sync=True, fused_cache_dir=_kernel_dir):
