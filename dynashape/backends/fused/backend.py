@@ -137,7 +137,8 @@ class RegionRuntime:
     def compile(self) -> None:
         n_ptr = self.spec.n_in + self.spec.n_out
         n_int = len(self.spec.symbols) + sum(self.spec.stride_dims)
-        self.kernel = build.load(self.spec.source, n_ptr, n_int)
+        floats = tuple(i for i, s in enumerate(self.spec.symbols) if not s.is_integer)  # zf0: passed as a double
+        self.kernel = build.load(self.spec.source, n_ptr, n_int, floats)
         self.wrapper = self._wrapper()
 
     @property

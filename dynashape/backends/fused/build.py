@@ -104,8 +104,9 @@ def _compile_to(source: str, fl: list, path: str, count: bool = True) -> None:
                 pass
 
 
-def load(source: str, n_ptr: int, n_int: int):
-    """The `kernel` function of `source`, compiled (or found on disk) and loaded, with argtypes set."""
+def load(source: str, n_ptr: int, n_int: int, floats: tuple = ()):
+    """The `kernel` function of `source`, compiled (or found on disk) and loaded, with argtypes set:
+    `n_ptr` pointers, then `n_int` int64s, of which those at the indices `floats` are doubles."""
     key = key_of(source)
     with _lock:
         fn = _loaded.get(key)
@@ -128,7 +129,8 @@ def load(source: str, n_ptr: int, n_int: int):
             tracehook.emit("phase", "kernel_compile", dt)
     lib = ctypes.CDLL(path)
     fn = lib.kernel
-    fn.argtypes = [ctypes.c_void_p] * n_ptr + [ctypes.c_int64] * n_int + [ctypes.c_int]
+    ints = [ctypes.c_double if i in floats else ctypes.c_int64 for i in range(n_int)]
+    fn.argtypes = [ctypes.c_void_p] * n_ptr + ints + [ctypes.c_int]
     fn.restype = None
     with _lock:
         _loaded[key] = fn

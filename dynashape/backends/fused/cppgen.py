@@ -32,6 +32,7 @@ PRELUDE = r"""
 #include <cstdlib>
 #include <cstring>
 #include <algorithm>
+#include <limits>
 #ifdef DS_MVEC
 extern "C" {
 #define DS_SIMD __attribute__((simd("notinbranch")))
@@ -194,10 +195,9 @@ def _op(n, a) -> str:
         return f"ds_{name}<{F}>({a[0]}, {a[1]})"
     if name == "where":
         return f"({a[0]} ? {a[1]} : {a[2]})"
-    if name == "clamp_min":
-        return f"({a[0]} < {a[1]} ? {a[1]} : {a[0]})"
-    if name == "clamp_max":
-        return f"({a[0]} > {a[1]} ? {a[1]} : {a[0]})"
+    if name in ("clamp_min", "clamp_max"):  # a NaN bound gives NaN, as torch.clamp does
+        op = "<" if name == "clamp_min" else ">"
+        return f"(({a[0]} {op} {a[1]} || {a[1]} != {a[1]}) ? {a[1]} : {a[0]})"
     if name == "logical_not":
         return f"(!{x})"
     if name == "neg":
@@ -315,8 +315,9 @@ class CppGen:
                 kind = r.key[0]
                 flt = r.dtype.is_floating_point
                 acc_t = "double" if (kind == "sum" and r.dtype == torch.float32) else _f(r.dtype)
-                init = {"sum": "0", "max": "-INFINITY" if flt else "INT64_MIN", "shift": "-INFINITY",
-                        "min": "INFINITY" if flt else "INT64_MAX"}[kind]
+                lim = f"std::numeric_limits<{_f(r.dtype)}>"  # an int32 amax starts at INT32_MIN, not a truncated INT64_MIN
+                init = {"sum": "0", "max": "-INFINITY" if flt else f"{lim}::lowest()", "shift": "-INFINITY",
+                        "min": "INFINITY" if flt else f"{lim}::max()"}[kind]
                 if r.dtype == torch.bool:
                     init = {"sum": "false", "max": "false", "min": "true"}[kind]
                 accs.append((r, acc_t, init))
@@ -401,7 +402,7 @@ class CppGen:
         symbols = sorted(syms, key=lambda s: s.name)
         params = [f"const void* p{i}" for i in range(len(r.inputs))]
         params += [f"void* q{i}" for i in range(len(self.outputs))]
-        params += [f"int64_t {s.name}" for s in symbols]
+        params += [f"{'int64_t' if s.is_integer else 'double'} {s.name}" for s in symbols]  # zf0: a float
         for i, t in enumerate(r.inputs):
             params += [f"int64_t st{i}_{d}" for d in range(len(t.meta.shape))]
         params.append("int nthreads")
