@@ -77,17 +77,26 @@ class Lowerer:
         return self.ir.const(v, dt)
 
     @staticmethod
-    def bidx(v: Node, idx: tuple) -> tuple:
+    def bidx(v: Node, idx: tuple, out: tuple) -> tuple:
+        """The index into `v` of element `idx` of its broadcast to the shape `out`."""
         shape = v.meta.shape
         tail = idx[len(idx) - len(shape):] if shape else ()
-        if len(tail) != len(shape):
+        if len(tail) != len(shape) or len(idx) != len(out):
             raise Unfusable("operand of higher rank than its use")
-        return tuple(0 if (isinstance(s, int) and s == 1) else i for s, i in zip(shape, tail))
+        res = []
+        for s, o, i in zip(shape, out[len(out) - len(shape):], tail):
+            if isinstance(s, int) and s == 1:
+                res.append(0)
+            elif sympy.sympify(s) == sympy.sympify(o):
+                res.append(i)
+            else:  # e.g. an unbacked size that is 1 at run time: which it is, only the run knows
+                raise Unfusable(f"operand size {s} broadcast to {o}")
+        return tuple(res)
 
-    def at(self, v, idx, dt):
-        """Operand `v` of a node whose element `idx` is being computed, as dtype `dt`."""
+    def at(self, v, idx, dt, out: tuple):
+        """Operand `v` of a node of shape `out` whose element `idx` is being computed, as dtype `dt`."""
         if ops.is_tensor(v):
-            return self.cast(self.value(v, self.bidx(v, idx)), dt)
+            return self.cast(self.value(v, self.bidx(v, idx, out)), dt)
         if ops.is_scalar(v):
             return self.scalar(v, dt)
         raise Unfusable(f"operand {v!r}")
@@ -121,17 +130,17 @@ class Lowerer:
                 sidx[p] = idx[j]
             return self.value(x, tuple(sidx))
         if name in ("expand", "expand_as"):
-            return self.value(x, self.bidx(x, idx))
+            return self.value(x, self.bidx(x, idx, tuple(n.meta.shape)))
         return self.value(x, _reshape_index(src, out, idx))
 
     def _pointwise(self, n, idx):
         name = ops.op_name(n.target)
         dt = compute_dtype(n.meta.dtype)
         ir = self.ir
-        A = lambda v, t=dt: self.at(v, idx, t)  # noqa: E731
+        A = lambda v, t=dt: self.at(v, idx, t, tuple(n.meta.shape))  # noqa: E731
         a0 = n.args[0] if n.args else n.kwargs.get("input")
         if name in ops.CASTS:
-            return self.cast_to(self.value(a0, self.bidx(a0, idx)), n.meta.dtype)
+            return self.cast_to(self.value(a0, self.bidx(a0, idx, tuple(n.meta.shape))), n.meta.dtype)
         if name in ("add", "sub", "rsub"):
             a, b = a0, ops.arg(n, 1, "other")
             alpha = ops.arg(n, 2, "alpha", 1)
@@ -336,9 +345,9 @@ class Lowerer:
             ms = self.mean(ir.op("mul", (full, full), dt), dt)
             out = ir.op("mul", (here, ir.op("rsqrt", (ir.op("add", (ms, self.scalar(eps, dt)), dt),), dt)), dt)
         if w is not None:
-            out = ir.op("mul", (out, self.at(w, idx, dt)), dt)
+            out = ir.op("mul", (out, self.at(w, idx, dt, tuple(n.meta.shape))), dt)
         if b is not None:
-            out = ir.op("add", (out, self.at(b, idx, dt)), dt)
+            out = ir.op("add", (out, self.at(b, idx, dt, tuple(n.meta.shape))), dt)
         return out
 
 

@@ -123,7 +123,7 @@ def family(n: Node) -> str | None:
     if name in XENT:
         return "xent" if _xent_ok(n) else None
     if name in VIEW:
-        return "view"
+        return "view" if _view_ok(n, name) else None
     if name in IDENTITY:
         if name == "dropout":
             training = arg(n, 2, "training", True)
@@ -169,6 +169,20 @@ def family(n: Node) -> str | None:
         if not (is_tensor(a) or is_scalar(a) or a is None or isinstance(a, str)):
             return None
     return "pointwise"
+
+
+def _view_ok(n: Node, name: str) -> bool:
+    """Whether a view is index arithmetic that cannot fail at run time where eager's call would:
+    `view` raises on strides the graph does not know (a transposed input, or a member computed
+    from one), and a `-1` next to a symbolic size raises when that size is 0; those stay torch calls."""
+    if name in ("view", "view_as"):
+        return False
+    if name in ("reshape", "unflatten"):
+        sizes = [a for a in list(n.args[1:]) + list(n.kwargs.values())]
+        flat = [x for a in sizes for x in (a if isinstance(a, (list, tuple)) else [a])]
+        if any(isinstance(x, int) and x == -1 for x in flat) and not all(isinstance(x, int) for x in flat):
+            return False
+    return True
 
 
 def _xent_ok(n: Node) -> bool:

@@ -1,5 +1,6 @@
 """Bugs the differential suite, the fuzzer and the model suite found with backend='fused',
 one test each, reduced to the smallest program that showed them."""
+import pytest
 import torch
 
 import dynashape as ds
@@ -32,3 +33,47 @@ def test_int32_amax_and_amin_start_from_the_int32_limits():
         return v.amax(-1) + 1, v.amin(-1) - 1
 
     check_fused(f, [(-torch.rand(4, 5) - 1,), (torch.rand(6, 7) + 1,)])
+
+
+def _same_outcome(fn, cf, args):
+    """cf(*args) returns what fn(*args) returns, or raises what it raises."""
+    try:
+        want = fn(*[a.clone() for a in args])
+    except RuntimeError:
+        with pytest.raises(RuntimeError):
+            cf(*[a.clone() for a in args])
+        return
+    torch.testing.assert_close(cf(*[a.clone() for a in args]), want)
+
+
+def test_an_operand_whose_size_is_data_dependent_is_not_broadcast_by_index():
+    # fuzz: `y[y > 0][:1]` has a size that is 1 at run time: the kernel indexed it as a full dim
+    def f(x, y):
+        v0 = y[y > 0][:1] * x
+        return v0 / (v0.abs() + 1)
+
+    cf = ds.compile(f, backend="fused")
+    for shape in [(3, 1, 1, 2), (4, 2, 1, 2)]:
+        x, y = torch.randn(shape), torch.tensor([0.5, -1.0])
+        torch.testing.assert_close(cf(x, y), f(x, y))
+
+
+def test_view_of_a_transposed_input_raises_as_eager_does():
+    # the guards do not pin strides: eager's view raises on a transposed input, the kernel computed
+    def f(x):
+        return x.view(-1) * 2 + 1
+
+    cf = ds.compile(f, dynamic=True, backend="fused")
+    for x in (torch.randn(4, 6), torch.randn(6, 4).t(), torch.randn(5, 7)[:, :3], torch.randn(3, 5)):
+        _same_outcome(f, cf, (x,))
+    assert cf.entries[0].fn.fused
+
+
+def test_reshape_with_minus_one_of_an_empty_tensor_raises_as_eager_does():
+    # fuzz: reshape(-1, 0) of 0 elements raises in eager; as index arithmetic it returned an empty tensor
+    def f(y):
+        return y.reshape(-1, y.size(-1)).abs() * 2
+
+    cf = ds.compile(f, backend="fused")
+    for b in (0, 1, 0, 3, 0):
+        _same_outcome(f, cf, (torch.randn(b, b),))
