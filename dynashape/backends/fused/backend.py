@@ -16,6 +16,7 @@ import logging
 import threading
 import warnings
 
+import sympy
 import torch
 
 from ...ir.codegen import compile_graph, exec_source
@@ -130,6 +131,13 @@ class RegionRuntime:
             for s in o.meta.shape:
                 if not isinstance(s, int):
                     sym_set |= s.free_symbols
+        # amax/amin over an empty dim raise in eager; the kernel would return -inf: let torch raise
+        self.nonempty = None
+        if any(ops.op_name(n.target) in ("amax", "amin") for n in region.nodes):
+            inner = sympy.Mul(*[sympy.sympify(d) for d in D[k:]])
+            if inner.free_symbols:
+                self.nonempty = inner
+                sym_set |= inner.free_symbols
         self.symbols = sorted(sym_set, key=lambda s: s.name)
         self.kernel = None
         self.wrapper = None
@@ -156,6 +164,9 @@ class RegionRuntime:
         # the kernels read host memory: anything else (a tensor moved to a device) runs as torch calls
         lines.append(f"    if not ({' and '.join(f'{a}.is_cpu' for a in ins)}):")
         lines.append(f"        return _fallback(_rt, ({', '.join(ins)},), {symdict})")
+        if self.nonempty is not None:
+            lines.append(f"    if ({pyexpr(self.nonempty)}) == 0:")
+            lines.append(f"        return _fallback(_rt, ({', '.join(ins)},), {symdict})")
         if grad_ins:
             cond = " or ".join(f"{a}.requires_grad" for a in grad_ins)
             lines.append(f"    if _grad_on() and ({cond}):")
