@@ -111,8 +111,13 @@ def wait() -> None:
 class RegionRuntime:
     """One compiled region: the kernel, the Python wrapper the graph calls, the torch replay."""
 
-    def __init__(self, region: Region, idx: int):
+    def __init__(self, region: Region, idx: int, layout_matters: bool = False):
         self.region, self.idx = region, idx
+        # the graph has a stride-sensitive call (view): the kernel's contiguous outputs must be
+        # laid out as eager's, which holds for contiguous inputs and no permuted members
+        self.layout_matters = layout_matters
+        if layout_matters and any(ops.op_name(n.target) in ("permute", "transpose", "t") for n in region.nodes):
+            raise Unfusable("a permuted value in a graph that calls view: eager's layout decides whether view raises")
         lw = Lowerer(region)
         outs = []
         D, k = region.domain, region.k
@@ -164,6 +169,9 @@ class RegionRuntime:
         # the kernels read host memory: anything else (a tensor moved to a device) runs as torch calls
         lines.append(f"    if not ({' and '.join(f'{a}.is_cpu' for a in ins)}):")
         lines.append(f"        return _fallback(_rt, ({', '.join(ins)},), {symdict})")
+        if self.layout_matters:  # a non-contiguous input: eager's outputs may be too, and a later view raise
+            lines.append(f"    if not ({' and '.join(f'{a}.is_contiguous()' for a in ins)}):")
+            lines.append(f"        return _fallback(_rt, ({', '.join(ins)},), {symdict})")
         if self.nonempty is not None:
             lines.append(f"    if ({pyexpr(self.nonempty)}) == 0:")
             lines.append(f"        return _fallback(_rt, ({', '.join(ins)},), {symdict})")
@@ -266,9 +274,10 @@ def _autograd(rt, *args):
 
 def plan(graph: Graph) -> list[RegionRuntime]:
     rts = []
+    layout_matters = any(ops.op_name(n.target) in ops.STRIDED for n in graph.nodes if n.kind == "call")
     for i, r in enumerate(schedule(graph)):
         try:
-            rts.append(RegionRuntime(r, i))
+            rts.append(RegionRuntime(r, i, layout_matters))
         except Unfusable as e:
             log.debug("region of %s stays torch calls: %s", [n.name for n in r.nodes], e)
         except Exception as e:  # noqa: BLE001 - a gap in lowering/codegen: this region stays torch calls

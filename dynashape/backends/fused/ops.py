@@ -33,6 +33,7 @@ COMPOSITE = {"softmax", "log_softmax", "layer_norm", "rms_norm"}
 XENT = {"cross_entropy"}  # one pass over the logits: logsumexp minus the target's logit, per row
 VIEW = {"view", "reshape", "permute", "transpose", "t", "unsqueeze", "squeeze", "expand", "flatten",
         "unflatten", "expand_as", "view_as", "reshape_as", "movedim"}
+STRIDED = {"view", "view_as"}  # calls whose success depends on their input's strides (never fused)
 IDENTITY = {"contiguous", "clone", "dropout", "detach"}
 CASTS = {"float": torch.float32, "double": torch.float64, "half": torch.float16, "bfloat16": torch.bfloat16,
          "long": torch.int64, "int": torch.int32, "bool": torch.bool, "to": None, "type_as": None}
@@ -175,7 +176,7 @@ def _view_ok(n: Node, name: str) -> bool:
     """Whether a view is index arithmetic that cannot fail at run time where eager's call would:
     `view` raises on strides the graph does not know (a transposed input, or a member computed
     from one), and a `-1` next to a symbolic size raises when that size is 0; those stay torch calls."""
-    if name in ("view", "view_as"):
+    if name in STRIDED:
         return False
     if name in ("reshape", "unflatten"):
         sizes = [a for a in list(n.args[1:]) + list(n.kwargs.values())]

@@ -89,3 +89,15 @@ def test_amax_over_a_dim_that_became_empty_raises_as_eager_does():
     for b in (3, 0, 4, 0, 5):
         _same_outcome(f, cf, (torch.randn(2, b),))
     assert any(getattr(e.fn, "fused", False) for e in cf.entries)
+
+
+def test_view_of_a_kernel_output_raises_as_eager_does_for_a_transposed_input():
+    # eager's x * 2 of a transposed x is transposed and view(-1) of it raises; the kernel's output
+    # was contiguous whatever the input's strides, so the view succeeded
+    def f(x):
+        return ((x * 2).exp() + 1).view(-1)
+
+    cf = ds.compile(f, dynamic=True, backend="fused")
+    for x in (torch.randn(4, 6), torch.randn(6, 4).t(), torch.randn(5, 7)[:, :3], torch.randn(3, 5)):
+        _same_outcome(f, cf, (x,))
+    assert cf.entries[0].fn.fused
