@@ -2,6 +2,7 @@
 one test each, reduced to the smallest program that showed them."""
 import pytest
 import torch
+import torch.nn.functional as F
 
 import dynashape as ds
 
@@ -101,3 +102,14 @@ def test_view_of_a_kernel_output_raises_as_eager_does_for_a_transposed_input():
     for x in (torch.randn(4, 6), torch.randn(6, 4).t(), torch.randn(5, 7)[:, :3], torch.randn(3, 5)):
         _same_outcome(f, cf, (x,))
     assert cf.entries[0].fn.fused
+
+
+def test_a_dynamic_size_guarded_equal_to_a_weight_size_still_fuses():
+    # the metas keep s2 where a guard says s2 == 128: only data-dependent sizes are refused above
+    ln = torch.nn.LayerNorm(16)
+
+    def f(x, y):
+        return F.layer_norm(x + y, (16,), ln.weight, ln.bias)
+
+    with torch.no_grad():
+        check_fused(f, [(torch.randn(2, s, 16), torch.randn(2, s, 16)) for s in (3, 9)])
