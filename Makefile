@@ -40,10 +40,13 @@ bench: $(STAMP)
 
 # The soundness fuzzer with a random seed (or FUZZ_SEED=...): failing programs, original and
 # reduced, go to fuzz-failures/seed-<seed>/ as standalone scripts.
+# FUZZ_BACKEND=fused compiles every program with the fused backend (kernels built before each call).
 FUZZ_MINUTES ?= 10
 FUZZ_SEED ?=
+FUZZ_BACKEND ?=
 fuzz: $(STAMP)
-	$(BIN)/python -m tests.fuzz --minutes $(FUZZ_MINUTES) $(if $(FUZZ_SEED),--seed $(FUZZ_SEED))
+	$(BIN)/python -m tests.fuzz --minutes $(FUZZ_MINUTES) $(if $(FUZZ_SEED),--seed $(FUZZ_SEED)) \
+	  $(if $(FUZZ_BACKEND),--backend $(FUZZ_BACKEND))
 
 clean:
 	rm -rf $(VENV)
