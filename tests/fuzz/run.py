@@ -30,13 +30,14 @@ from .gen import REF_SIZES, Program, make_inputs, random_call
 
 MODES = (None, True, False)
 TIME_LIMIT_S = 20.0  # per program and mode: a compile slower than this is a finding, not a stuck run
-FUSED_TIME_LIMIT_S = 120.0  # backend="fused" waits for g++ (a few kernels per mode): slow, not stuck
 
 
 def use_backend(name: str) -> None:
     """Compile every program with `name` ("eager" or "fused"; fused kernels built before the call returns)."""
+    global TIME_LIMIT_S
     ds.config.backend = name
     ds.config.fused_sync = name == "fused"
+    TIME_LIMIT_S = 120.0 if name == "fused" else 20.0  # fused waits for g++ (a few kernels a mode): slow, not stuck
 
 
 class _TimeLimit(BaseException):  # not an Exception: dynashape's own handlers must not catch it
@@ -209,7 +210,7 @@ def check_program(prog: Program, calls: list, modes=MODES, stats=None) -> list:
 
 def _limited(fn, prog, calls, eager, mode) -> Failure | None:
     """check_mode, or a `hang` failure after TIME_LIMIT_S (SIGALRM: main thread, Unix only)."""
-    limit = FUSED_TIME_LIMIT_S if ds.config.backend == "fused" else TIME_LIMIT_S
+    limit = TIME_LIMIT_S
     if not hasattr(signal, "SIGALRM") or limit <= 0:
         return check_mode(fn, prog, calls, eager, mode)
     old = signal.signal(signal.SIGALRM, _alarm)
