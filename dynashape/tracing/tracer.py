@@ -29,6 +29,7 @@ from .meta.common import canonical_strides
 from .mode import _FACTORIES, TracingMode, symbolic_strides
 from .global_state import intercept_global_state
 from .state import tracing_scope
+from .speculate import data_guard, describe_condition, guard_text, random_op
 from .symint import hint_of, install, meta_value
 from .tree import leaves
 
@@ -87,6 +88,9 @@ class Tracer:
         self._input_tensors: list = []  # (source, real tensor) of tensor inputs, in order
         self._offsets: dict[int, int] = {}  # id(input fake) -> the real tensor's storage offset
         self.object_input = None  # fn(value, source) -> value: how other Python objects come in
+        self.real = None  # speculate.RealValues when the trace may decide data-dependent branches
+        self.data_guards: list = []  # (description, location) of each branch decided on data
+        self.visible_effects: list[str] = []  # what a side exit could not undo (in-place on an input)
 
     # ----------------------------------------------------------------- inputs
     def register_module(self, module: torch.nn.Module, source: Source) -> None:
@@ -294,8 +298,6 @@ class Tracer:
                 degenerate = list(range(len(meta)))
             if all(hint_of(strides[d]) == meta[d] for d in degenerate):
                 return strides
-            if is_input:
-                return tuple(meta[d] if d in degenerate else s for d, s in enumerate(strides))
         for sym in list(self.env.var_to_val):
             if sym.is_integer and sym not in self.env.replacements:
                 self.env.guard_int(sym)
@@ -303,8 +305,10 @@ class Tracer:
 
     def call_op(self, func, rule, args, kwargs):
         args, kwargs = _map((args, kwargs), self._lift_leaf)
-        if not self.mutates and _is_inplace(func, kwargs):
+        if _is_inplace(func, kwargs):
             self.mutates = True
+            if not self.visible_effects:  # the first is the reason a side exit could not re-run the call
+                self.visible_effects.append(f"{_fname(func)} changes a tensor in place at {user_location()}")
         meta_args, meta_kwargs, device = self._meta_args(func, args, kwargs)
         try:
             out = meta_cache.call(_META_IMPL.get(func, func), meta_args, meta_kwargs)
@@ -449,6 +453,68 @@ class Tracer:
             return fake
 
         return _wrap_out(out, wrap, ())
+
+    # ----------------------------------------------------------------- speculation
+    def _speculation_blocked(self) -> str | None:
+        """Why this call may not be re-run from its start after a side exit (None: it may)."""
+        if self.visible_effects:
+            return self.visible_effects[0]
+        for n in self.graph.nodes:
+            if n.kind != "call":
+                continue
+            name = getattr(n.target, "__name__", "")
+            if name == "print" or name == "manual_seed":
+                return f"{name}() runs before it (at {n.location})"
+            if random_op(n.target, n.args, n.kwargs):
+                return f"a random op ({_fname(n.target)}) runs before it (at {n.location})"
+        return None
+
+    def _refuse(self, what: str, loc) -> None:
+        why = self._speculation_blocked()
+        if why is not None:
+            raise GraphBreak(f"{what} depends on data, and the call cannot be re-run from its start if "
+                             f"another call takes the other branch: {why}", loc,
+                             "What to do: move the in-place change, print or random op after the "
+                             "condition, or out of the compiled function.")
+
+    def speculate_bool(self, t: FakeTensor) -> bool:
+        """`bool(t)` of a traced tensor: this call's real value, guarded inside the graph."""
+        loc = user_location()
+        cond = describe_condition(loc, f"bool({t.ds_node.name})")
+        self._refuse(f"`{cond}`", loc)
+        b = bool(self.real.value(t.ds_node))  # raises as eager would (a tensor of several values)
+        self._data_guard(t.ds_node, b, cond, loc)
+        return b
+
+    def speculate_expr(self, expr, location):
+        """A condition (or int/float) over data-dependent values, decided by this call's real values.
+        None when the real value is not known (the caller raises DataDependentError)."""
+        if self.real is None:
+            return None
+        loc = location or user_location()
+        is_bool = isinstance(expr, (sympy.Rel, sympy.logic.boolalg.BooleanFunction,
+                                    sympy.logic.boolalg.BooleanAtom))  # a Symbol is a Boolean to sympy too
+        pytype = bool if is_bool else (float if not expr.is_integer else int)
+        self._refuse(f"`{self.env.describe(expr)}`", loc)
+        v = self.real.expr(expr, pytype)
+        if v is None:
+            return None
+        cond_text = describe_condition(loc, self.env.describe(expr))
+        if is_bool:
+            v = bool(v)
+            self._data_guard(self.graph.SymExpr(expr, bool), v, cond_text, loc)
+            self.env.add_fact(expr if v else sympy.Not(expr), loc)
+            return v
+        v = int(v) if pytype is int else float(v)
+        eq = sympy.Eq(expr, v)
+        self._data_guard(self.graph.SymExpr(eq, bool), True, f"{self.env.describe(expr)} == {v}", loc)
+        self.env.add_fact(eq, loc)
+        return v
+
+    def _data_guard(self, cond, expected: bool, text: str, loc) -> None:
+        self.graph.call(data_guard, (cond, expected, guard_text(text, loc)), {}, None, loc,
+                        torch.is_grad_enabled(), name_hint="guard")
+        self.data_guards.append((text, loc))
 
     # ----------------------------------------------------------------- data-dependent values
     def new_unbacked(self, *, size_like: bool, lo=None, hi=None, description: str | None = None,
