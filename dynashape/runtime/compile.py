@@ -234,6 +234,9 @@ class CompiledFunction:
             self.stats.graph_breaks.append(tree.closed)
             logging.getLogger("dynashape.graph_breaks").info("graph break in %s: %s", self.__name__, tree.closed)
             return self._fn(*args, **kwargs)
+        if _stance._current[0] == "fail_on_recompile":
+            raise RecompileError(f"{self.__name__} ({self._where()}) would trace a new path under stance "
+                                 f"'fail_on_recompile':\n  - {reason}", [reason])
         self.stats.add_reasons([reason])
         if _th.on: _th.emit("recompile", self, [reason])  # noqa: E701
         if log.isEnabledFor(logging.INFO):

@@ -34,6 +34,7 @@ from .symint import hint_of, install, meta_value
 from .tree import leaves
 
 log = logging.getLogger("dynashape.dynamic")
+_glog = logging.getLogger("dynashape.guards")
 
 
 @dataclass
@@ -515,6 +516,9 @@ class Tracer:
         self.graph.call(data_guard, (cond, expected, guard_text(text, loc)), {}, None, loc,
                         torch.is_grad_enabled(), name_hint="guard")
         self.data_guards.append((text, loc))
+        if _glog.isEnabledFor(logging.INFO):
+            _glog.info("data guard `%s` (%s) at %s: every call on this path reads its value from the device "
+                       "(a sync on GPU)", text, expected, loc)
 
     # ----------------------------------------------------------------- data-dependent values
     def new_unbacked(self, *, size_like: bool, lo=None, hi=None, description: str | None = None,

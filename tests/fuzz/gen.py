@@ -294,6 +294,19 @@ def _branch(g):
     return [f"if {cond}:", "    {out} = " + a.format(t=t), "else:", "    {out} = " + b.format(t=t)], t
 
 
+def _data_branch(g):
+    """A branch on tensor data (speculation): each value decides a path."""
+    t = g.tensor(min_rank=1)
+    cond = g.rng.choice([
+        "{t}.sum() > 0", "({t} > 0.5).any()", "({t} < 1).all()", "torch.isnan({t}.sum())",
+        "{t}.sum().item() > 0", "{t}.nonzero().size(0) > 2", "int(({t} > 0).sum()) % 2 == 0",
+        "{t}.mean() < {t}.median()", "bool({t}.numel() and {t}.flatten()[0] > 0)",
+    ]).format(t=t)
+    bodies = ["{t} * 2", "{t} + 1", "{t}.flip(0)", "{t}.relu()", "{t}[:1]", "{t}.cumsum(0)", "-{t}", "{t}.exp()"]
+    a, b = g.rng.sample(bodies, 2)
+    return [f"if {cond}:", "    {out} = " + a.format(t=t), "else:", "    {out} = " + b.format(t=t)], t
+
+
 def _inplace(g):
     t = g.tensor()
     e = g.rng.choice(["{t}.contiguous()", "{t}.clone()", "{t}.reshape({t}.shape)", "{t}.view_as({t})"])
@@ -303,7 +316,7 @@ def _inplace(g):
 
 TEMPLATES = [(_pointwise, 3), (_binary, 3), (_reduce, 2), (_view, 4), (_slice, 2), (_index, 1), (_join, 2),
              (_split, 1), (_matmul, 1), (_norm, 2), (_arange, 1), (_datadep, 1), (_ints, 2), (_branch, 1), (_scalar, 1),
-             (_inplace, 0.3)]
+             (_inplace, 0.3), (_data_branch, 1)]
 
 
 class Generator:

@@ -250,3 +250,14 @@ def test_export_raises_unless_asked_for_the_recorded_branches():
     for prog in (ep, ds.load(buf)):
         with pytest.raises(RuntimeError, match=re.escape("did not record: x.sum().item() > 0 was False")):
             prog(-torch.ones(4))
+
+
+def test_a_new_path_under_fail_on_recompile_raises_and_the_log_names_the_sync(caplog):
+    import logging
+    cf = ds.compile(any_branch)
+    with caplog.at_level(logging.INFO, logger="dynashape.guards"):
+        cf(torch.full((3,), 2.0))
+    assert any("reads its value from the device" in r.getMessage() for r in caplog.records)
+    with ds.set_stance("fail_on_recompile"), pytest.raises(ds.RecompileError, match="would trace a new path"):
+        cf(torch.zeros(3))
+    torch.testing.assert_close(cf(torch.zeros(3)), any_branch(torch.zeros(3)))  # outside the stance: traced
