@@ -85,6 +85,7 @@ class Tracer:
         self.aliases: list[tuple[Source, Source]] = []  # (source, earlier source of the same tensor)
         self._source_of: dict[int, Source] = {}  # id(real tensor) -> the source it was first read from
         self.mutates = False  # the trace ran an in-place op (or out=, or setitem)
+        self.mutates_input = False  # ... on a tensor that may be (a view of) an input's memory
         self.flag_reads: dict = {}  # "torch.get_...()" -> (getter, value read): guarded
         self._input_tensors: list = []  # (source, real tensor) of tensor inputs, in order
         self._offsets: dict[int, int] = {}  # id(input fake) -> the real tensor's storage offset
@@ -237,7 +238,7 @@ class Tracer:
         """`finish(out)` -> the graph's output value (default: `to_ir(out)`)."""
         with tracing_scope(self), intercept_global_state(self), TracingMode(self):
             out = fn(*args, **kwargs)
-        if self.mutates:
+        if self.mutates_input:
             self._refuse_shared_memory()
         self._emit_pending_asserts()
         self.graph.output(finish(out) if finish is not None else self.to_ir(out))
@@ -254,7 +255,7 @@ class Tracer:
                 continue
             key = t.untyped_storage().data_ptr()
             if key in seen:
-                self.mutates = False  # the eager entry this break makes serves any aliasing
+                self.mutates = self.mutates_input = False  # the eager entry this break makes serves any aliasing
                 raise GraphBreak(f"inputs {seen[key].pretty()} and {src.pretty()} share memory and the "
                                  "function changes a tensor in place", None,
                                  "What to do: pass tensors that do not overlap (e.g. .clone() one of them).")
@@ -308,8 +309,12 @@ class Tracer:
         args, kwargs = _map((args, kwargs), self._lift_leaf)
         if _is_inplace(func, kwargs):
             self.mutates = True
-            if not self.visible_effects:  # the first is the reason a side exit could not re-run the call
-                self.visible_effects.append(f"{_fname(func)} changes a tensor in place at {user_location()}")
+            changed = kwargs.get("out") if kwargs.get("out") is not None else (args[0] if args else None)
+            if any(getattr(t, "ds_may_alias", True) for t in _tensors(changed)):
+                self.mutates_input = True  # (maybe) an input's memory: aliasing between inputs matters
+                if not self.visible_effects:  # the first is why a side exit could not re-run the call
+                    self.visible_effects.append(f"{_fname(func)} changes an input (or a tensor that may share "
+                                                f"its memory) in place at {user_location()}")
         meta_args, meta_kwargs, device = self._meta_args(func, args, kwargs)
         try:
             out = meta_cache.call(_META_IMPL.get(func, func), meta_args, meta_kwargs)
@@ -435,6 +440,12 @@ class Tracer:
             if _is_inplace(func, kwargs) else {}
 
         odd_inputs = any(getattr(a, "ds_odd_layout", False) for a in leaves((args, kwargs)))
+        # an op may hand back (a view of) its input's memory: a view, or an op that returns its input
+        # as it is when nothing needs converting (contiguous, to, float, ...); other results are fresh
+        aliasing_in = any(getattr(a, "ds_may_alias", True) for a in leaves((args, kwargs))
+                          if isinstance(a, FakeTensor)) or any(isinstance(a, torch.Tensor) and not
+                                                               isinstance(a, FakeTensor) for a in leaves((args, kwargs)))
+        returns_input = aliasing_in and not _fname(func).split(".")[-1] in _FRESH
 
         def wrap(x, path):
             if not isinstance(x, torch.Tensor):
@@ -451,6 +462,7 @@ class Tracer:
             fake = make_fake(x, shapes[i], n, device, self)
             fake.ds_view = x._is_view()  # its layout follows its base's, which the trace does not model
             fake.ds_odd_layout = odd_inputs or (not fake.ds_view and _odd_layout(x))
+            fake.ds_may_alias = returns_input
             return fake
 
         return _wrap_out(out, wrap, ())
@@ -615,6 +627,22 @@ def _check_supported(t: torch.Tensor, source: Source) -> None:
 _INPLACE_DUNDERS = {"__setitem__", "__iadd__", "__isub__", "__imul__", "__itruediv__", "__ifloordiv__",
                     "__imod__", "__ipow__", "__iand__", "__ior__", "__ixor__", "__ilshift__", "__irshift__",
                     "__imatmul__"}
+
+
+# ops whose result is always new memory, whatever their inputs (factories, copies, arithmetic)
+_FRESH = {"clone", "zeros", "ones", "empty", "full", "rand", "randn", "randint", "arange", "tensor", "zeros_like",
+          "ones_like", "empty_like", "full_like", "rand_like", "randn_like", "eye", "linspace", "cat", "stack"}
+_COMPUTES = {"add", "sub", "mul", "div", "neg", "exp", "log", "sin", "cos", "tanh", "sigmoid", "relu", "gelu", "silu",
+             "matmul", "mm", "bmm", "linear", "softmax", "log_softmax", "layer_norm", "sum", "mean", "amax", "amin",
+             "pow", "sqrt", "rsqrt", "abs", "where", "masked_fill", "eq", "ne", "lt", "le", "gt", "ge", "cumsum",
+             "__add__", "__sub__", "__mul__", "__truediv__", "__neg__", "__matmul__", "__radd__", "__rsub__",
+             "__rmul__", "__rtruediv__", "__pow__", "__eq__", "__ne__", "__lt__", "__le__", "__gt__", "__ge__",
+             "embedding", "dropout", "scaled_dot_product_attention", "clamp", "triu", "tril", "roll", "flip",
+             "repeat", "baddbmm", "addmm", "einsum", "conv1d", "conv2d", "one_hot", "nonzero", "index_select",
+             "gather", "bitwise_and", "bitwise_or", "logical_and", "logical_or", "logical_not", "__and__",
+             "__or__", "__invert__", "max", "min", "argmax", "prod", "var", "std", "norm", "erf", "floor",
+             "ceil", "round", "sign", "reciprocal", "minimum", "maximum", "addcmul", "lerp"}
+_FRESH |= _COMPUTES
 
 
 def _is_inplace(func, kwargs) -> bool:

@@ -198,7 +198,7 @@ def test_paths_return_different_structures_and_python_effects():
 
 
 @pytest.mark.parametrize("prefix,why", [
-    (lambda x: x.add_(1), "changes a tensor in place"),
+    (lambda x: x.add_(1), "changes an input (or a tensor that may share its memory) in place"),
     (lambda x: print("hi"), "print() runs before it"),
     (lambda x: torch.rand(1), "a random op"),
 ])
@@ -261,3 +261,15 @@ def test_a_new_path_under_fail_on_recompile_raises_and_the_log_names_the_sync(ca
     with ds.set_stance("fail_on_recompile"), pytest.raises(ds.RecompileError, match="would trace a new path"):
         cf(torch.zeros(3))
     torch.testing.assert_close(cf(torch.zeros(3)), any_branch(torch.zeros(3)))  # outside the stance: traced
+
+
+def test_an_in_place_change_of_a_fresh_tensor_before_a_branch_is_speculated():
+    def f(x):
+        m = torch.zeros_like(x)
+        m[x > 0] = 1.0  # in place, on memory the call made itself
+        if m.sum() > 2:
+            return x * m
+        return x - m
+
+    cf = differential(f, lambda i: (torch.randn(5),))
+    assert cf.stats.paths == 2 and not cf.stats.graph_breaks
