@@ -122,7 +122,7 @@ def _speculate(tr, func, t):
     if func is T.__bool__ or t.dtype is torch.bool:
         b = tr.speculate_bool(t)
         return b if func is T.__bool__ else func(torch.tensor(b))
-    real = func(tr.real.value(t.ds_node))  # eager's value, or eager's error (a float tensor as an index)
+    real = func(tr.real_value(t, f"`{func.__name__.strip('_')}({t.ds_node.name})`"))  # eager's value or error
     saved, tr.capture_scalar_outputs = tr.capture_scalar_outputs, True
     try:
         v = HANDLERS[T.item](tr, T.item, (t,), {})

@@ -291,6 +291,10 @@ class Tracer:
                 int(n)
         known = [n if isinstance(n, int) else self.env.static_value(n.node.expr) for n in t.ds_sizes]
         is_input = getattr(t.ds_node, "kind", None) == "input"
+        if not is_input and any(n == 0 for n in known):
+            raise GraphBreak("stride() of a computed tensor with no elements (device kernels lay those out "
+                             "as they like, unlike the meta kernel)", user_location(),
+                             "What to do: read strides of inputs, or of tensors with elements.")
         # a view's strides come from its base's sizes (x[:, :3] of x (n, m) has stride m), which
         # its own sizes do not determine: only a fresh tensor's dense layout is a formula of them
         strides = None if getattr(t, "ds_view", False) and not is_input else symbolic_strides(t)
@@ -490,12 +494,17 @@ class Tracer:
                              "What to do: move the in-place change, print or random op after the "
                              "condition, or out of the compiled function.")
 
+    def real_value(self, t: FakeTensor, what: str, loc=None):
+        """This call's real value of a traced tensor: the graph so far runs on the real inputs, which
+        is refused (a graph break) once the call changed an input in place, printed or drew randoms."""
+        self._refuse(what, loc or user_location())
+        return self.real.value(t.ds_node)
+
     def speculate_bool(self, t: FakeTensor) -> bool:
         """`bool(t)` of a traced tensor: this call's real value, guarded inside the graph."""
         loc = user_location()
         cond = describe_condition(loc, f"bool({t.ds_node.name})")
-        self._refuse(f"`{cond}`", loc)
-        b = bool(self.real.value(t.ds_node))  # raises as eager would (a tensor of several values)
+        b = bool(self.real_value(t, f"`{cond}`", loc))  # raises as eager would (a tensor of several values)
         self._data_guard(t.ds_node, b, cond, loc)
         return b
 

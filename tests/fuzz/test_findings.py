@@ -104,6 +104,12 @@ CASES = {
         ["v9 = y[(y > 0).nonzero(as_tuple=True)]", "v10 = torch.broadcast_tensors(v9, v9[:1])[1]"], ["v10"],
         [Input("y", "float", ("B", "D"))], [({"B": 2, "D": 3}, 0), ({"B": 1, "D": 1}, 0, False, 5),
                                              ({"B": 3, "D": 2}, 0, False, 7)], None),
+    # ---- the 30-minute run of seed 77231123 (with speculation)
+    "int_of_data_after_an_in_place_change_of_a_view": (  # the real-value run changed the input a 2nd time
+        ["v2 = y.view_as(y)", "v2.add_(1)", "v6 = y[: int((y > 0).sum())]"], ["v6", "y"],
+        [Input("y", "float", ("D",))], [({"D": 1}, 0), ({"D": 4}, 0)], None),
+    "stride_of_an_empty_computed_tensor": (  # the CPU kernel gives (1, 0), the meta kernel (1, 1)
+        ["v0 = y * y.numel()"], ["v0.stride()"], [Input("y", "float", ("C", "D"))], [({"C": 0, "D": 1}, 0)], None),
 }
 
 
