@@ -31,8 +31,15 @@ class TinyModel(torch.nn.Module):
         return self.head(h).softmax(-1)
 
 
+def relu_or_negate(x):
+    if x.sum() > 0:  # depends on the data: decided per call, guarded inside the graph (speculation)
+        return x.relu()
+    return -x
+
+
 def clip_if_positive(x):
-    if x.sum() > 0:  # depends on the data: a graph break, so this function runs eagerly
+    x.mul_(2)  # an in-place change first: a call could not be re-run from its start...
+    if x.sum() > 0:  # ...so this data branch is a graph break, and this function runs eagerly
         return x.clamp(max=1.0)
     return x
 
@@ -55,6 +62,13 @@ def main():
     print("\nthe graph, with symbolic shapes:\n" + str(entry.graph))
     print("\nits guards:", *entry.guards, sep="\n  ")
     print("\nthe generated code:\n" + entry.code)
+
+    branch = ds.compile(relu_or_negate)
+    for v in (1.0, -1.0, 2.0):
+        branch(torch.full((4,), v))
+    print(f"\na branch on data, 3 calls -> {branch.stats.paths} paths in one entry, "
+          f"{branch.stats.side_exits} side exit:", *branch.stats.recompile_reasons, sep="\n  ")
+    print(branch.entries[0].code)
 
     clip = ds.compile(clip_if_positive)
     clip(torch.randn(6))

@@ -66,8 +66,8 @@ def _nothing_of_a_trace_escapes(monkeypatch, request):
     from dynashape.runtime.compile import CompiledFunction
     orig = CompiledFunction._compile_and_run
 
-    def checked(self, L, args, kwargs):
-        out = orig(self, L, args, kwargs)
+    def checked(self, L, args, kwargs, **opts):
+        out = orig(self, L, args, kwargs, **opts)
         roots = [("output", out)] + [(f"argument {k}", v) for k, v in L.items()]
         roots += [(f"global {n}", self._globals[n]) for n in self._co_names
                   if n in self._globals and not isinstance(self._globals[n], type(pytest))]

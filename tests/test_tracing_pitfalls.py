@@ -85,12 +85,25 @@ def test_module_attribute_change_is_seen():
     assert "scale" in cm.stats.recompile_reasons[0]
 
 
-def test_data_dependent_if_graph_breaks_with_the_users_line_and_no_dynashape_frames():
-    def f(x):
-        if x.max() > 0.5:  # data-dependent
-            return x * 2
-        return x
+def max_branch(x):
+    if x.max() > 0.5:  # data-dependent
+        return x * 2
+    return x
 
+
+def test_data_dependent_if_compiles_both_paths_by_speculation():
+    f = max_branch
+    cf = ds.compile(f, dynamic=True)
+    for x in (torch.zeros(3), torch.ones(3), torch.zeros(3)):
+        torch.testing.assert_close(cf(x), f(x))
+    assert cf.stats.paths == 2 and not cf.stats.graph_breaks
+    (reason,) = cf.stats.recompile_reasons
+    assert reason.startswith("side exit: x.max() > 0.5 was True at test_tracing_pitfalls.py:")
+
+
+@ds.config.patch(speculate_data_branches=False)
+def test_data_dependent_if_graph_breaks_with_the_users_line_and_no_dynashape_frames():
+    f = max_branch
     cf = ds.compile(f, dynamic=True)
     for x in (torch.zeros(3), torch.ones(3)):
         torch.testing.assert_close(cf(x), f(x))

@@ -65,8 +65,9 @@ _DENY = {"load", "save", "from_file", "compile", "export", "set_default_dtype", 
          "__class__", "__subclasshook__", "__torch_function__", "__torch_dispatch__", "_make_subclass"}
 
 
-# dynashape's own callables that graphs may record (a runtime assert)
-_DYNASHAPE = {"dynashape.tracing.checks.runtime_check": ("dynashape.tracing.checks", "runtime_check")}
+# dynashape's own callables that graphs may record (a runtime assert, a data guard)
+_DYNASHAPE = {"dynashape.tracing.checks.runtime_check": ("dynashape.tracing.checks", "runtime_check"),
+              "dynashape.tracing.speculate.data_guard": ("dynashape.tracing.speculate", "data_guard")}
 
 
 def resolve_target(name: str):

@@ -25,6 +25,7 @@ from ..symbolic.shape_env import DimDynamic, ShapeEnv
 from ..symbolic.sources import ItemSource, LocalSource
 from ..symbolic.userloc import user_frames
 from ..tracing.errors import GraphBreak, GraphBreakError
+from ..tracing.speculate import RealValues
 from ..tracing.tracer import DimPolicy, Tracer
 from .dims import Dim
 from .program import (STATE, Check, ConstSpec, DictSpec, ExportedProgram, SeqSpec, SignatureSpec, SymbolInfo,
@@ -35,7 +36,7 @@ from .spec import ArgPaths, Site, SpecError, create_symbols, int_policy, plan_ro
 _LEAVES = (bool, int, float, str, type(None), torch.dtype, torch.device)
 
 
-def export(mod, args, kwargs=None, *, dynamic_shapes=None) -> ExportedProgram:
+def export(mod, args, kwargs=None, *, dynamic_shapes=None, record_branches: bool = False) -> ExportedProgram:
     """Trace `mod` (an nn.Module or a function) once on `args`/`kwargs` into an ExportedProgram.
 
     `dynamic_shapes` mirrors the inputs (a dict by argument name, or a tuple by
@@ -43,6 +44,11 @@ def export(mod, args, kwargs=None, *, dynamic_shapes=None) -> ExportedProgram:
     spec is a `Dim` or derived dim (must stay dynamic over its range), `Dim.AUTO`
     (dynamic if the program allows), `Dim.DYNAMIC` (dynamic, error if specialized),
     `Dim.STATIC`, an int, or None (static). Unspecified dims are static.
+
+    A branch on tensor data (`if x.sum() > 0:`) raises DataDependentError, since an
+    exported program has no Python to fall back to; with `record_branches=True` the
+    branch the example takes is recorded with a data guard, and an input that takes
+    another path raises a RuntimeError that names the condition.
 
     >>> import torch, dynashape as ds
     >>> batch = ds.Dim("batch", max=64)
@@ -82,7 +88,7 @@ def export(mod, args, kwargs=None, *, dynamic_shapes=None) -> ExportedProgram:
         raise SpecError(str(e) + _suggest_relation(fn, sig, ba, paths, sites, site)) from None
     ba.apply_defaults()
     L = _unalias(dict(ba.arguments), paths)
-    job = _Trace(fn, sig, L, sites, roots)
+    job = _Trace(fn, sig, L, sites, roots, record_branches)
     job.run()
     checks, pins = solve(job.env, sites, roots)
     return job.program(checks, pins, bound, module, name)
@@ -115,7 +121,7 @@ def _unalias(L: dict, paths: ArgPaths) -> dict:
 class _Trace:
     """One trace of the program under the symbols of the spec."""
 
-    def __init__(self, fn, sig, L, sites: list[Site], roots):
+    def __init__(self, fn, sig, L, sites: list[Site], roots, record_branches: bool = False):
         self.fn, self.sig, self.L, self.sites, self.roots = fn, sig, L, sites, roots
         self.env = ShapeEnv(specialize_zero_one=True, duck_shape=False)
         self.graph = Graph()
@@ -132,6 +138,9 @@ class _Trace:
             return DimPolicy(DimDynamic.DYNAMIC, value=s.value) if s.value is not None else DimPolicy()
 
         self.tracer = Tracer(self.env, self.graph, policy)
+        if record_branches:  # the example's branches, decided on its data and guarded in the program
+            self.tracer.real = RealValues(self.graph, L)
+            self.env.speculate = self.tracer.speculate_expr
         create_symbols(self.env, sites, roots)
 
     def run(self) -> None:
@@ -141,6 +150,7 @@ class _Trace:
             fake = {name: tracer.wrap_input(v, LocalSource(name)) for name, v in self.L.items()}
             fba = inspect.BoundArguments(self.sig, fake)
             tracer.run(self.fn, fba.args, fba.kwargs)
+            tracer.real = None
         except GraphBreak as e:
             torch._C._set_grad_enabled(grad)
             raise GraphBreakError(f"export traces the whole program as one graph, and here it cannot: {e.reason}",
@@ -187,7 +197,7 @@ class _Trace:
         listed by range_constraints as torch.export does; checked by the graph, not on the inputs."""
         env, out = self.env, {}
         for n in self.graph.nodes:
-            if n.kind == "symbol" and env.is_unbacked(n.target):
+            if n.kind == "symbol" and env.is_unbacked(n.target) and n.target.is_integer:  # floats: no range listed
                 vr = env.var_to_range.get(n.target)
                 if vr is not None:
                     out[str(n.target)] = (-math.inf if vr.lo.is_infinite else int(vr.lo),

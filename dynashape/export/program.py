@@ -21,6 +21,7 @@ import sympy
 import torch
 
 from ..ir.codegen import compile_graph
+from ..tracing.speculate import SideExit
 from ..ir.graph import Graph
 from ..symbolic.printer import pyexpr
 from ..symbolic.userloc import Location
@@ -183,7 +184,12 @@ class ExportedProgram:
             L = dict(ba.arguments)
         self.validate(L, lambda: ArgPaths(self.signature, args, kwargs))
         L[STATE] = state
-        return self._fn(L)
+        try:
+            return self._fn(L)
+        except SideExit as x:  # exported with record_branches=True, and this input takes another path
+            raise RuntimeError(f"this input takes a path the exported program did not record: {x.reason()}. "
+                               f"Export with an example that takes this path, or express the branch with "
+                               f"torch.where so both sides are in the graph.") from None
 
     def validate(self, L: dict, paths) -> dict:
         """Check the bound arguments against the contract; returns the symbols' values.

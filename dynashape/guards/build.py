@@ -217,7 +217,7 @@ def _aliasing_guards(tracer, local_of, lines, readable, ns) -> list:
     free = [(t.source, local_of[t.source]) for t in tracer.tensor_inputs if t.example is None]
     names = [v for _, v in free]
     extra = []
-    if tracer.mutates and len(names) >= 2:  # without in-place ops, f(a, a) computes what f(a, b) would
+    if tracer.mutates_input and len(names) >= 2:  # without in-place ops, f(a, a) computes what f(a, b) would
         if len(names) <= 5:
             lines.append("if " + " or ".join(f"{a} is {b}" for a, b in itertools.combinations(names, 2))
                          + ": return False")

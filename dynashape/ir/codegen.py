@@ -136,40 +136,17 @@ def generate(g: Graph, name: str = "forward") -> tuple[str, dict]:
     switched = False
     body: list[str] = []
     for i, n in enumerate(g.nodes):
-        if n.kind == "input":
-            if n.args:  # pinned by the guards (a parameter): no need to read the source again
-                body.append(f"{n.name} = {em.const(n.args[0], 'p')}  # {n.target.name()}")
-            else:
-                body.append(f"{n.name} = {n.target.code()}")
-        elif n.kind == "const":
-            body.append(f"{n.name} = {em.const(n.target, 'c')}")
-        elif n.kind == "symbol":
-            of, how, index = n.args
-            if n.target not in used_symbols:
-                continue  # bound only if some call or the output reads it
-            if how == "size":
-                rhs = f"{of.name}.size({index})"
-            elif how == "stride":
-                rhs = f"{of.name}.stride({index})"
-            elif how == "affine":  # a root symbol from a derived size: (size - b) // a
-                dim, a, b = index
-                rhs = f"({of.name}.size({dim}) - {b}) // {a}" if b else f"{of.name}.size({dim}) // {a}"
-            elif how == "item":
-                rhs = f"{of.name}.item()"
-            elif how == "index":  # an element of a nested list (tolist)
-                rhs = of.name + "".join(f"[{i}]" for i in index)
-            else:
-                rhs = of.name
-            body.append(f"{n.name} = {rhs}")
+        if n.kind in ("input", "const", "symbol"):
+            stmt = node_statement(em, n, used_symbols)
+            if stmt is None:
+                continue
+            body.append(stmt)
         elif n.kind == "call":
             if n.grad_enabled is not grad and (grad is not None or not n.grad_enabled):
                 body.append(f"torch._C._set_grad_enabled({n.grad_enabled})")
                 switched = True
             grad = n.grad_enabled
-            stmt = _call(em, n)
-            if n.location is not None:
-                stmt += f"  # {n.location}"
-            body.append(stmt)
+            body.append(node_statement(em, n, used_symbols))
         elif n.kind == "output":
             if switched:
                 body.append("torch._C._set_grad_enabled(_grad0)")
@@ -185,6 +162,38 @@ def generate(g: Graph, name: str = "forward") -> tuple[str, dict]:
         body = ["try:"] + ["    " + b for b in body] + ["finally:", "    torch._C._set_grad_enabled(_grad0)"]
     lines += ["    " + b for b in body]
     return "\n".join(lines) + "\n", em.ns
+
+
+def node_statement(em: _Emitter, n: Node, used_symbols) -> str | None:
+    """The statement computing one input, const, symbol or call node (None: an unused symbol)."""
+    if n.kind == "input":
+        if n.args:  # pinned by the guards (a parameter): no need to read the source again
+            return f"{n.name} = {em.const(n.args[0], 'p')}  # {n.target.name()}"
+        return f"{n.name} = {n.target.code()}"
+    if n.kind == "const":
+        return f"{n.name} = {em.const(n.target, 'c')}"
+    if n.kind == "symbol":
+        of, how, index = n.args
+        if n.target not in used_symbols:
+            return None  # bound only if some call or the output reads it
+        if how == "size":
+            rhs = f"{of.name}.size({index})"
+        elif how == "stride":
+            rhs = f"{of.name}.stride({index})"
+        elif how == "affine":  # a root symbol from a derived size: (size - b) // a
+            dim, a, b = index
+            rhs = f"({of.name}.size({dim}) - {b}) // {a}" if b else f"{of.name}.size({dim}) // {a}"
+        elif how == "item":
+            rhs = f"{of.name}.item()"
+        elif how == "index":  # an element of a nested list (tolist)
+            rhs = of.name + "".join(f"[{i}]" for i in index)
+        else:
+            rhs = of.name
+        return f"{n.name} = {rhs}"
+    stmt = _call(em, n)
+    if n.location is not None:
+        stmt += f"  # {n.location}"
+    return stmt
 
 
 def _call(em: _Emitter, n: Node) -> str:

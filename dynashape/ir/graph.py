@@ -82,6 +82,7 @@ class Node:
 class Graph:
     SymExpr = SymExpr  # the value types, for builders in lower layers (the tracer) to use
     TensorMeta = TensorMeta
+    Node = Node
 
     def __init__(self):
         self.nodes: list[Node] = []
@@ -210,3 +211,6 @@ def map_args(obj, fn):
     if isinstance(obj, slice):
         return slice(map_args(obj.start, fn), map_args(obj.stop, fn), map_args(obj.step, fn))
     return obj
+
+
+Graph.map_args = staticmethod(map_args)  # for lower layers (the tracer's real-value runs)

@@ -43,6 +43,8 @@ from ..tracing.pyenv import trace_environment
 from .policy import FrameState, make_policy
 from .dispatch import EntryCache
 from .registry import get_backend
+from .speculation import SideExit, Tree
+from ..tracing.speculate import RealValues
 
 log = logging.getLogger("dynashape.recompiles")
 glog = logging.getLogger("dynashape.graph")
@@ -60,6 +62,8 @@ class Stats:
     graph_breaks: list = field(default_factory=list)  # why a call ran eagerly
     fallbacks: list = field(default_factory=list)  # ops without a symbolic rule that specialized
     recompile_reasons_dropped: int = 0  # the oldest reasons beyond _KEPT_REASONS, counted only
+    side_exits: int = 0  # calls whose data took a branch their entry's compiled paths had not taken
+    paths: int = 0  # paths traced through data-dependent branches (each a compile), over all entries
 
     def add_reasons(self, reasons) -> None:
         r = self.recompile_reasons
@@ -77,6 +81,7 @@ class Entry:
     env: ShapeEnv
     dynamic_sources: dict = field(default_factory=dict)  # source name -> why it is dynamic
     call_shape: tuple = ()  # (number of positional arguments, keyword names): how the user called it
+    tree: object = None  # speculation.Tree when the graph branches on data
 
     @property
     def guards(self) -> list[str]:
@@ -156,7 +161,10 @@ class CompiledFunction:
         if e is not None:
             if e.fn is None:
                 return self._fn(*args, **kwargs)
-            return e.fn(L)
+            try:
+                return e.fn(L)
+            except SideExit as x:  # this call's data takes a branch the entry has not compiled
+                return self._side_exit(e, x, L, args, kwargs)
         if self._fell_back and len(self.entries) >= config.recompile_limit:  # past the limit: eager, cheaply
             return self._fn(*args, **kwargs)
         if stance == "eager_then_compile" and not self._ran_eagerly and not self.entries:
@@ -214,7 +222,30 @@ class CompiledFunction:
         return f"{os.path.basename(code.co_filename)}:{code.co_firstlineno}" if code else "?"
 
     # ------------------------------------------------------------------ compiling
-    def _compile_and_run(self, L, args, kwargs):
+    def _side_exit(self, e, x, L, args, kwargs):
+        """Nothing before the data guard was visible outside: run the call again from its start,
+        tracing the path its data takes (added to the entry's tree), or eagerly past the limit."""
+        self.stats.side_exits += 1
+        tree = e.tree
+        if tree is None or tree.closed:
+            return self._fn(*args, **kwargs)
+        reason = f"side exit: {x.reason()}"
+        if len(tree.paths) >= config.speculation_paths:
+            tree.closed = tree.why_closed(config.speculation_paths)
+            self.stats.graph_breaks.append(tree.closed)
+            logging.getLogger("dynashape.graph_breaks").info("graph break in %s: %s", self.__name__, tree.closed)
+            return self._fn(*args, **kwargs)
+        if _stance._current[0] == "fail_on_recompile":
+            raise RecompileError(f"{self.__name__} ({self._where()}) would trace a new path under stance "
+                                 f"'fail_on_recompile':\n  - {reason}", [reason])
+        self.stats.add_reasons([reason])
+        if _th.on: _th.emit("recompile", self, [reason])  # noqa: E701
+        if log.isEnabledFor(logging.INFO):
+            log.info("Tracing a new path of %s in %s\n    triggered by:\n    - %s", self.__name__, self._where(),
+                     reason)
+        return self._compile_and_run(L, args, kwargs, merge_into=e)
+
+    def _compile_and_run(self, L, args, kwargs, merge_into=None):
         if _th.on: _th.emit("compile_start", self, L)  # noqa: E701
         _pgo.seed(self, L)  # what varied in earlier runs (the PGO profile) is dynamic from the start
         _collectives.sync(self, L)  # with compiler collectives: every rank makes the same sources dynamic
@@ -226,6 +257,9 @@ class CompiledFunction:
         policy = make_policy(self.dynamic, self.frame_state, L, why_dynamic)
         tracer = Tracer(env, graph, policy, capture_scalar_outputs=config.capture_scalar_outputs,
                         capture_dynamic_output_shape_ops=config.capture_dynamic_output_shape_ops)
+        if config.speculate_data_branches:
+            tracer.real = RealValues(graph, L)
+            env.speculate = tracer.speculate_expr
         state = PyState(tracer, self._globals, self._closure)
         if self.dynamic is None and config.automatic_dynamic_shapes:
             state.frame_state = self.frame_state
@@ -285,6 +319,9 @@ class CompiledFunction:
                                  modules=modules, grad_enabled=grad, symbolic_attributes=unspec,
                                  state_guard=state.guard())
         if _th.on: _th.emit("phase", "guards")  # noqa: E701
+        tracer.real = None  # the real values of this call's intermediates are not kept
+        if tracer.data_guards:
+            return self._add_path(merge_into, guard_set, graph, state, env, why_dynamic, tracer, L, args, kwargs)
         fn = state.runner(self.backend(graph))
         entry = Entry(guard_set, graph, fn, env, why_dynamic, self._call_shape(args, kwargs))
         if _th.on: _th.emit("compile_end", self, entry, tracer)  # noqa: E701
@@ -297,6 +334,37 @@ class CompiledFunction:
         if guard_log.isEnabledFor(logging.INFO):
             guard_log.info("guards of %s:\n%s", self.__name__, "\n".join(f"  {g}" for g in entry.guards))
         return fn(L)
+
+    def _add_path(self, merge_into, guard_set, graph, state, env, why_dynamic, tracer, L, args, kwargs):
+        """A trace that decided branches on data: a path of a trace tree (the exiting entry's, when
+        it was traced under the same guards and shares its statements up to the branch)."""
+        finish = state.finisher()
+        entry = None
+        if merge_into is not None and merge_into.tree is not None and merge_into.guards == guard_set.guards \
+                and merge_into.tree.add(graph, finish):
+            entry = merge_into
+            entry.fn = entry.tree.fn
+            entry.graph = entry.tree.graph
+        if entry is None:
+            tree = Tree()
+            if not tree.add(graph, finish):  # one path always merges with itself
+                raise AssertionError("a single path did not form a tree")
+            entry = Entry(guard_set, tree.graph, tree.fn, env, why_dynamic, self._call_shape(args, kwargs), tree)
+            self._cache.add(entry)
+        if _th.on: _th.emit("compile_end", self, entry, tracer)  # noqa: E701
+        self.stats.compiles += 1
+        self.stats.paths += 1
+        self.stats.fallbacks.extend(tracer.fallbacks)
+        _pgo.record(self, L)
+        if glog.isEnabledFor(logging.INFO):
+            glog.info("graph of %s (%s), %d paths:\n%s", self.__name__, self._where(), len(entry.tree.paths),
+                      entry.graph)
+        try:
+            return entry.fn(L)
+        except SideExit as x:  # the path just traced must be the one this call takes
+            entry.tree.closed = f"a traced path did not reproduce its own branch ({x.reason()})"
+            self.stats.graph_breaks.append(entry.tree.closed)
+            return self._fn(*args, **kwargs)
 
     def _call_args(self, fake, args, kwargs):
         """The traced values passed the way the user passed them: positionals stay positional,

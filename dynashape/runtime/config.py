@@ -21,6 +21,10 @@ _DEFAULTS: dict[str, tuple[type, object]] = {
     "backed_size_oblivious": (bool, False),
     "capture_scalar_outputs": (bool, True),
     "capture_dynamic_output_shape_ops": (bool, True),
+    # a branch on tensor data (`if t.any():`) is decided by the call's real values and guarded inside the
+    # graph (a side exit traces the other path) instead of a graph break
+    "speculate_data_branches": (bool, True),
+    "speculation_paths": (int, 8),  # paths one entry's trace tree may grow; then calls on new paths run eagerly
     "dynamic_sources": (str, ""),
     "unbacked_sources": (str, ""),
     "job_id": (str, ""),

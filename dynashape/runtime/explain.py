@@ -28,9 +28,19 @@ def explain(cf, print_report: bool = True) -> str:
                       for s in sorted(unbacked, key=str)]
         lines.append("  guards:")
         lines += [f"    {g}" for g in e.guards]
+        tree = getattr(e, "tree", None)
+        if tree is not None:
+            conds = _data_guards(tree)
+            lines.append(f"  data guards ({len(tree.paths)} path(s) traced; each condition on a call's path costs one "
+                         f"device-to-host read of its value, a sync on GPU):")
+            lines += [f"    {c}" for c in conds]
+            if tree.closed:
+                lines.append(f"  no more paths: {tree.closed}")
         if e.graph is not None:
             lines.append("  graph:")
             lines += [f"    {ln}" for ln in str(e.graph).splitlines()]
+    if cf.stats.side_exits:
+        lines.append(f"\nside exits (a call's data took a branch its entry had not compiled): {cf.stats.side_exits}")
     if cf.stats.recompile_reasons:
         lines.append("\nrecompile reasons:")
         lines += [f"  - {r}" for r in cf.stats.recompile_reasons]
@@ -44,6 +54,17 @@ def explain(cf, print_report: bool = True) -> str:
     if print_report:
         print(report)
     return report
+
+
+def _data_guards(tree) -> list[str]:
+    """The distinct conditions the tree's paths decided on data, with their user lines."""
+    seen: dict = {}
+    for g in tree.paths:
+        for n in g.nodes:
+            if n.kind == "call" and getattr(n.target, "_codegen_name", None) == "ds_data_guard":
+                text = n.args[2].split(" was {actual}")[0]
+                seen.setdefault((text, str(n.location)), None)
+    return [f"{t} at {loc}" if " at " not in t else t for t, loc in seen]
 
 
 def _specializations(env) -> list[str]:

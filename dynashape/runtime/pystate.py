@@ -422,14 +422,18 @@ class PyState:
 
     def runner(self, fn):
         """fn(L) -> flat graph values becomes fn(L) -> the output, with the effects applied."""
+        finish = self.finisher()
+        return _named(lambda L: finish(fn(L), L), fn)
+
+    def finisher(self):
+        """finish(flat, L) -> the output, with the effects applied (one per path of a trace tree)."""
         out_spec, effects = self.out_spec, self.effects
         if not effects:
             build_out = builder(out_spec)
-            return _named(lambda L: build_out(fn(L), L), fn)
+            return build_out
         bump = self.module_targets
 
-        def run(L):
-            flat = fn(L)
+        def finish(flat, L):
             memo: dict = {}
             todo = []
             for kind, read, sets, dels in effects:
@@ -450,7 +454,7 @@ class PyState:
             if bump:
                 module_epoch.epoch[0] += 1
             return build(out_spec, flat, L, memo)
-        return _named(run, fn)
+        return finish
 
 
 _MISSING = object()

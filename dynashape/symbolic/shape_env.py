@@ -66,6 +66,10 @@ class ShapeEnv:
         self.specialize_zero_one = specialize_zero_one
         self.duck_shape = duck_shape
         self.backed_size_oblivious = backed_size_oblivious
+        # fn(expr, location) -> value or None: decides a data-dependent condition of the user's by the
+        # call's real values (speculation, set by the tracer); not while framework code asks (depth > 0)
+        self.speculate = None
+        self.framework_depth = 0
         self.var_to_val: dict[sympy.Symbol, object] = {}  # hints
         self.var_to_range: dict[sympy.Symbol, ValueRanges] = {}
         self.var_info: dict[sympy.Symbol, SymbolInfo] = {}
@@ -252,7 +256,11 @@ class ShapeEnv:
         return _to_python(expr.xreplace(subs))
 
     def _fallback(self, s) -> int:
-        """An unbacked symbol's meta size, moved inside what is now known of its range."""
+        """An unbacked symbol's meta size, inside what is known of its range when first asked, then
+        fixed: meta tensors sized before a later fact (`if n > 2:` decided on data) stay consistent."""
+        used = self.__dict__.setdefault("_fallback_used", {})
+        if s in used:
+            return used[s]
         v = self.unbacked_fallback.get(s, 2)
         vr = self.var_to_range.get(s)
         if vr is not None:
@@ -260,6 +268,7 @@ class ShapeEnv:
                 v = int(vr.hi)
             if vr.lo != -int_oo and v < vr.lo:
                 v = int(vr.lo)
+        used[s] = v
         return v
 
     def describe(self, expr) -> str:
@@ -378,7 +387,8 @@ class ShapeEnv:
             vr = _intersect_or(vr, known)
         return vr
 
-    def evaluate(self, expr, hint=None, *, size_oblivious: bool = False, location: Location | None = None):
+    def evaluate(self, expr, hint=None, *, size_oblivious: bool = False, location: Location | None = None,
+                 speculate: bool = False):
         """Decide a condition (or an int/float expression) and return its Python value.
 
         Statically known answers add nothing; otherwise the example's value (hint)
@@ -392,6 +402,10 @@ class ShapeEnv:
         if hint is None or expr.free_symbols & self._unbacked_set():
             hint = self.hint(expr)
         if hint is None:
+            if speculate and self.speculate is not None and not self.framework_depth:
+                v = self.speculate(expr, location)
+                if v is not None:
+                    return v
             raise self._data_dependent(expr, location)
         loc = location or user_location(2)
         if isinstance(hint, bool) or expr.is_Boolean or isinstance(expr, sympy.Rel):
@@ -405,9 +419,9 @@ class ShapeEnv:
     def _unbacked_set(self) -> set:
         return self._unbacked
 
-    def guard_int(self, expr, hint=None, location=None):
+    def guard_int(self, expr, hint=None, location=None, speculate: bool = False):
         """`int(n)`/`__index__`: specialize to the example's value with an equality guard."""
-        return self.evaluate(expr, hint, location=location or user_location(2))
+        return self.evaluate(expr, hint, location=location or user_location(2), speculate=speculate)
 
     def statically_known_true(self, expr) -> bool:
         return self.static_value(expr) is True

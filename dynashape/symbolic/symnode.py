@@ -109,13 +109,13 @@ class SymNode:
 
     # ----------------------------------------------------------- deciding
     def bool_(self) -> bool:
-        return bool(self.env.evaluate(self.expr, self.hint))
+        return bool(self.env.evaluate(self.expr, self.hint, speculate=True))
 
     def int_(self) -> int:
-        return int(self.env.guard_int(self.expr, self.hint))
+        return int(self.env.guard_int(self.expr, self.hint, speculate=True))
 
     def float_(self) -> float:
-        return float(self.env.evaluate(self.expr, self.hint))
+        return float(self.env.evaluate(self.expr, self.hint, speculate=True))
 
     def guard_size_oblivious(self, file=None, line=None) -> bool:
         return bool(self.env.evaluate_size_oblivious(self.expr, self.hint))

@@ -29,6 +29,8 @@ def _bind(names, args, kwargs) -> dict:
 
 def _upper(tr, n) -> int | None:
     """The largest value `n` (an int or SymInt) can take, when finite."""
+    if n is None:
+        return None
     if not isinstance(n, SymBase):
         return int(n)
     hi = tr.env.bound(n.node.expr).hi
@@ -236,6 +238,22 @@ def tolist(tr, func, args, kwargs):
     return build(())
 
 
+def one_hot(tr, func, args, kwargs):
+    """`F.one_hot(t)` without num_classes: `t.max() + 1` classes, a data-dependent size."""
+    vals = _bind(("input", "num_classes"), args, kwargs)
+    n = vals.get("num_classes", -1)
+    if isinstance(n, SymBase) or n != -1:
+        return NOT_MINE
+    x = vals["input"]
+    shape = tuple(x.ds_sizes)
+
+    def build(u):
+        return _meta(shape + (u,), torch.long), [shape + (u,)]
+
+    return _size_op(tr, func, args, kwargs, numel=None, desc=f"{_name(x)}.max() + 1 (F.one_hot's classes)",
+                    build=build)
+
+
 HANDLERS = {
     torch.nonzero: nonzero, T.nonzero: nonzero, torch.argwhere: nonzero, T.argwhere: nonzero,
     torch.where: where, T.where: where,
@@ -245,4 +263,5 @@ HANDLERS = {
     torch.repeat_interleave: repeat_interleave, T.repeat_interleave: repeat_interleave,
     torch.bincount: bincount, T.bincount: bincount,
     T.item: item, T.tolist: tolist,
+    torch.nn.functional.one_hot: one_hot,
 }

@@ -20,6 +20,8 @@ class FakeTensor(torch.Tensor):
     #   ds_device: torch.device                the device the real tensor lives on
     #   ds_tracer: the tracer that made it
     #   ds_view:   (computed tensors) a view of another tensor: its strides follow its base's
+    #   ds_may_alias: (computed tensors) False when it is fresh memory (no input's, at any call); inputs
+    #              and tensors without the attribute may alias an input
 
     @staticmethod
     def __new__(cls, meta: torch.Tensor, *a, **k):

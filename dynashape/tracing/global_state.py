@@ -25,6 +25,7 @@ from ..symbolic.errors import DataDependentError
 from ..symbolic.symtypes import SymInt, sym_max, sym_min
 from ..symbolic.userloc import user_location
 from .errors import GraphBreak
+from .state import current_tracer
 
 # global settings a program may read and branch on: each one read is guarded by value
 FLAG_GETTERS = ("are_deterministic_algorithms_enabled", "is_deterministic_algorithms_warn_only_enabled",
@@ -99,6 +100,10 @@ def _min_max(name, sym_fn):
     """Builtin max/min of ints where one depends on data (`max(x.item(), 1024)`): a symbolic
     Max/Min, as torch.export gives, instead of deciding the comparison."""
     def fn(*args, **kwargs):
+        tr = current_tracer()
+        env = tr.env if tr is not None else None
+        if env is not None:
+            env.framework_depth += 1  # a Max/Min, not a branch decided on this call's data
         try:
             return _ORIGINAL[name](*args, **kwargs)
         except DataDependentError:
@@ -110,6 +115,9 @@ def _min_max(name, sym_fn):
             for v in items[1:]:
                 out = sym_fn(out, v)
             return out
+        finally:
+            if env is not None:
+                env.framework_depth -= 1
     return fn
 
 

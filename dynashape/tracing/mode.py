@@ -58,6 +58,16 @@ class TracingMode(TorchFunctionMode):
     def __torch_function__(self, func, types_, args=(), kwargs=None):
         kwargs = kwargs or {}
         tr = self.tracer
+        if tr.real is not None and func in _SPECULABLE and args and isinstance(args[0], FakeTensor):
+            return _speculate(tr, func, args[0])
+        env = tr.env
+        env.framework_depth += 1  # conditions asked while handling an op are the framework's, not branches
+        try:
+            return self._handle(tr, func, args, kwargs)
+        finally:
+            env.framework_depth -= 1
+
+    def _handle(self, tr, func, args, kwargs):
         if args and type(args[0]) is not FakeTensor and isinstance(args[0], torch.Tensor) and func not in _DATA_READS:
             # a real tensor read from an object or a module (`cache.keys.numel()`): its symbolic input first,
             # so metadata queries answer symbolically instead of specializing
@@ -94,11 +104,32 @@ class TracingMode(TorchFunctionMode):
     def _decompose(self, func, args, kwargs):
         """Trace through a Python-level torch function (e.g. F.multi_head_attention_forward)."""
         self._decomposing.add(func)
+        env = self.tracer.env
+        depth, env.framework_depth = env.framework_depth, 0  # library Python: its branches are like the user's
         try:
             with self:
                 return _without_dispatch_check(func)(*args, **kwargs)
         finally:
+            env.framework_depth = depth
             self._decomposing.discard(func)
+
+
+_SPECULABLE = {T.__bool__, T.__int__, T.__float__, T.__index__}
+
+
+def _speculate(tr, func, t):
+    """`if t.any():`, `int(t)`: this call's real value, with a data guard in the graph."""
+    if func is T.__bool__ or t.dtype is torch.bool:
+        b = tr.speculate_bool(t)
+        return b if func is T.__bool__ else func(torch.tensor(b))
+    real = func(tr.real_value(t, f"`{func.__name__.strip('_')}({t.ds_node.name})`"))  # eager's value or error
+    saved, tr.capture_scalar_outputs = tr.capture_scalar_outputs, True
+    try:
+        v = HANDLERS[T.item](tr, T.item, (t,), {})
+    finally:
+        tr.capture_scalar_outputs = saved
+    got = int(v) if isinstance(real, int) else float(v)  # decided by the real value: a data guard
+    return real if got == real else got
 
 
 def _device_query(what, device):

@@ -29,10 +29,12 @@ from .meta.common import canonical_strides
 from .mode import _FACTORIES, TracingMode, symbolic_strides
 from .global_state import intercept_global_state
 from .state import tracing_scope
+from .speculate import data_guard, describe_condition, guard_text, random_op
 from .symint import hint_of, install, meta_value
 from .tree import leaves
 
 log = logging.getLogger("dynashape.dynamic")
+_glog = logging.getLogger("dynashape.guards")
 
 
 @dataclass
@@ -83,10 +85,14 @@ class Tracer:
         self.aliases: list[tuple[Source, Source]] = []  # (source, earlier source of the same tensor)
         self._source_of: dict[int, Source] = {}  # id(real tensor) -> the source it was first read from
         self.mutates = False  # the trace ran an in-place op (or out=, or setitem)
+        self.mutates_input = False  # ... on a tensor that may be (a view of) an input's memory
         self.flag_reads: dict = {}  # "torch.get_...()" -> (getter, value read): guarded
         self._input_tensors: list = []  # (source, real tensor) of tensor inputs, in order
         self._offsets: dict[int, int] = {}  # id(input fake) -> the real tensor's storage offset
         self.object_input = None  # fn(value, source) -> value: how other Python objects come in
+        self.real = None  # speculate.RealValues when the trace may decide data-dependent branches
+        self.data_guards: list = []  # (description, location) of each branch decided on data
+        self.visible_effects: list[str] = []  # what a side exit could not undo (in-place on an input)
 
     # ----------------------------------------------------------------- inputs
     def register_module(self, module: torch.nn.Module, source: Source) -> None:
@@ -232,7 +238,7 @@ class Tracer:
         """`finish(out)` -> the graph's output value (default: `to_ir(out)`)."""
         with tracing_scope(self), intercept_global_state(self), TracingMode(self):
             out = fn(*args, **kwargs)
-        if self.mutates:
+        if self.mutates_input:
             self._refuse_shared_memory()
         self._emit_pending_asserts()
         self.graph.output(finish(out) if finish is not None else self.to_ir(out))
@@ -249,7 +255,7 @@ class Tracer:
                 continue
             key = t.untyped_storage().data_ptr()
             if key in seen:
-                self.mutates = False  # the eager entry this break makes serves any aliasing
+                self.mutates = self.mutates_input = False  # the eager entry this break makes serves any aliasing
                 raise GraphBreak(f"inputs {seen[key].pretty()} and {src.pretty()} share memory and the "
                                  "function changes a tensor in place", None,
                                  "What to do: pass tensors that do not overlap (e.g. .clone() one of them).")
@@ -285,6 +291,10 @@ class Tracer:
                 int(n)
         known = [n if isinstance(n, int) else self.env.static_value(n.node.expr) for n in t.ds_sizes]
         is_input = getattr(t.ds_node, "kind", None) == "input"
+        if not is_input and any(n == 0 for n in known):
+            raise GraphBreak("stride() of a computed tensor with no elements (device kernels lay those out "
+                             "as they like, unlike the meta kernel)", user_location(),
+                             "What to do: read strides of inputs, or of tensors with elements.")
         # a view's strides come from its base's sizes (x[:, :3] of x (n, m) has stride m), which
         # its own sizes do not determine: only a fresh tensor's dense layout is a formula of them
         strides = None if getattr(t, "ds_view", False) and not is_input else symbolic_strides(t)
@@ -294,8 +304,6 @@ class Tracer:
                 degenerate = list(range(len(meta)))
             if all(hint_of(strides[d]) == meta[d] for d in degenerate):
                 return strides
-            if is_input:
-                return tuple(meta[d] if d in degenerate else s for d, s in enumerate(strides))
         for sym in list(self.env.var_to_val):
             if sym.is_integer and sym not in self.env.replacements:
                 self.env.guard_int(sym)
@@ -303,8 +311,14 @@ class Tracer:
 
     def call_op(self, func, rule, args, kwargs):
         args, kwargs = _map((args, kwargs), self._lift_leaf)
-        if not self.mutates and _is_inplace(func, kwargs):
+        if _is_inplace(func, kwargs):
             self.mutates = True
+            changed = kwargs.get("out") if kwargs.get("out") is not None else (args[0] if args else None)
+            if any(getattr(t, "ds_may_alias", True) for t in _tensors(changed)):
+                self.mutates_input = True  # (maybe) an input's memory: aliasing between inputs matters
+                if not self.visible_effects:  # the first is why a side exit could not re-run the call
+                    self.visible_effects.append(f"{_fname(func)} changes an input (or a tensor that may share "
+                                                f"its memory) in place at {user_location()}")
         meta_args, meta_kwargs, device = self._meta_args(func, args, kwargs)
         try:
             out = meta_cache.call(_META_IMPL.get(func, func), meta_args, meta_kwargs)
@@ -430,6 +444,12 @@ class Tracer:
             if _is_inplace(func, kwargs) else {}
 
         odd_inputs = any(getattr(a, "ds_odd_layout", False) for a in leaves((args, kwargs)))
+        # an op may hand back (a view of) its input's memory: a view, or an op that returns its input
+        # as it is when nothing needs converting (contiguous, to, float, ...); other results are fresh
+        aliasing_in = any(getattr(a, "ds_may_alias", True) for a in leaves((args, kwargs))
+                          if isinstance(a, FakeTensor)) or any(isinstance(a, torch.Tensor) and not
+                                                               isinstance(a, FakeTensor) for a in leaves((args, kwargs)))
+        returns_input = aliasing_in and not _fname(func).split(".")[-1] in _FRESH
 
         def wrap(x, path):
             if not isinstance(x, torch.Tensor):
@@ -446,9 +466,80 @@ class Tracer:
             fake = make_fake(x, shapes[i], n, device, self)
             fake.ds_view = x._is_view()  # its layout follows its base's, which the trace does not model
             fake.ds_odd_layout = odd_inputs or (not fake.ds_view and _odd_layout(x))
+            fake.ds_may_alias = returns_input
             return fake
 
         return _wrap_out(out, wrap, ())
+
+    # ----------------------------------------------------------------- speculation
+    def _speculation_blocked(self) -> str | None:
+        """Why this call may not be re-run from its start after a side exit (None: it may)."""
+        if self.visible_effects:
+            return self.visible_effects[0]
+        for n in self.graph.nodes:
+            if n.kind != "call":
+                continue
+            name = getattr(n.target, "__name__", "")
+            if name == "print" or name == "manual_seed":
+                return f"{name}() runs before it (at {n.location})"
+            if random_op(n.target, n.args, n.kwargs):
+                return f"a random op ({_fname(n.target)}) runs before it (at {n.location})"
+        return None
+
+    def _refuse(self, what: str, loc) -> None:
+        why = self._speculation_blocked()
+        if why is not None:
+            raise GraphBreak(f"{what} depends on data, and the call cannot be re-run from its start if "
+                             f"another call takes the other branch: {why}", loc,
+                             "What to do: move the in-place change, print or random op after the "
+                             "condition, or out of the compiled function.")
+
+    def real_value(self, t: FakeTensor, what: str, loc=None):
+        """This call's real value of a traced tensor: the graph so far runs on the real inputs, which
+        is refused (a graph break) once the call changed an input in place, printed or drew randoms."""
+        self._refuse(what, loc or user_location())
+        return self.real.value(t.ds_node)
+
+    def speculate_bool(self, t: FakeTensor) -> bool:
+        """`bool(t)` of a traced tensor: this call's real value, guarded inside the graph."""
+        loc = user_location()
+        cond = describe_condition(loc, f"bool({t.ds_node.name})")
+        b = bool(self.real_value(t, f"`{cond}`", loc))  # raises as eager would (a tensor of several values)
+        self._data_guard(t.ds_node, b, cond, loc)
+        return b
+
+    def speculate_expr(self, expr, location):
+        """A condition (or int/float) over data-dependent values, decided by this call's real values.
+        None when the real value is not known (the caller raises DataDependentError)."""
+        if self.real is None:
+            return None
+        loc = location or user_location()
+        is_bool = isinstance(expr, (sympy.Rel, sympy.logic.boolalg.BooleanFunction,
+                                    sympy.logic.boolalg.BooleanAtom))  # a Symbol is a Boolean to sympy too
+        pytype = bool if is_bool else (float if not expr.is_integer else int)
+        self._refuse(f"`{self.env.describe(expr)}`", loc)
+        v = self.real.expr(expr, pytype)
+        if v is None:
+            return None
+        cond_text = describe_condition(loc, self.env.describe(expr))
+        if is_bool:
+            v = bool(v)
+            self._data_guard(self.graph.SymExpr(expr, bool), v, cond_text, loc)
+            self.env.add_fact(expr if v else sympy.Not(expr), loc)
+            return v
+        v = int(v) if pytype is int else float(v)
+        eq = sympy.Eq(expr, v)
+        self._data_guard(self.graph.SymExpr(eq, bool), True, f"{self.env.describe(expr)} == {v}", loc)
+        self.env.add_fact(eq, loc)
+        return v
+
+    def _data_guard(self, cond, expected: bool, text: str, loc) -> None:
+        self.graph.call(data_guard, (cond, expected, guard_text(text, loc)), {}, None, loc,
+                        torch.is_grad_enabled(), name_hint="guard")
+        self.data_guards.append((text, loc))
+        if _glog.isEnabledFor(logging.INFO):
+            _glog.info("data guard `%s` (%s) at %s: every call on this path reads its value from the device "
+                       "(a sync on GPU)", text, expected, loc)
 
     # ----------------------------------------------------------------- data-dependent values
     def new_unbacked(self, *, size_like: bool, lo=None, hi=None, description: str | None = None,
@@ -545,6 +636,22 @@ def _check_supported(t: torch.Tensor, source: Source) -> None:
 _INPLACE_DUNDERS = {"__setitem__", "__iadd__", "__isub__", "__imul__", "__itruediv__", "__ifloordiv__",
                     "__imod__", "__ipow__", "__iand__", "__ior__", "__ixor__", "__ilshift__", "__irshift__",
                     "__imatmul__"}
+
+
+# ops whose result is always new memory, whatever their inputs (factories, copies, arithmetic)
+_FRESH = {"clone", "zeros", "ones", "empty", "full", "rand", "randn", "randint", "arange", "tensor", "zeros_like",
+          "ones_like", "empty_like", "full_like", "rand_like", "randn_like", "eye", "linspace", "cat", "stack"}
+_COMPUTES = {"add", "sub", "mul", "div", "neg", "exp", "log", "sin", "cos", "tanh", "sigmoid", "relu", "gelu", "silu",
+             "matmul", "mm", "bmm", "linear", "softmax", "log_softmax", "layer_norm", "sum", "mean", "amax", "amin",
+             "pow", "sqrt", "rsqrt", "abs", "where", "masked_fill", "eq", "ne", "lt", "le", "gt", "ge", "cumsum",
+             "__add__", "__sub__", "__mul__", "__truediv__", "__neg__", "__matmul__", "__radd__", "__rsub__",
+             "__rmul__", "__rtruediv__", "__pow__", "__eq__", "__ne__", "__lt__", "__le__", "__gt__", "__ge__",
+             "embedding", "dropout", "scaled_dot_product_attention", "clamp", "triu", "tril", "roll", "flip",
+             "repeat", "baddbmm", "addmm", "einsum", "conv1d", "conv2d", "one_hot", "nonzero", "index_select",
+             "gather", "bitwise_and", "bitwise_or", "logical_and", "logical_or", "logical_not", "__and__",
+             "__or__", "__invert__", "max", "min", "argmax", "prod", "var", "std", "norm", "erf", "floor",
+             "ceil", "round", "sign", "reciprocal", "minimum", "maximum", "addcmul", "lerp"}
+_FRESH |= _COMPUTES
 
 
 def _is_inplace(func, kwargs) -> bool:

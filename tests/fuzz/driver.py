@@ -76,7 +76,7 @@ def fuzz(seed: int, seconds: float, *, out_dir: str | None = None, reduce_s: flo
                 log(f"  {time.monotonic() - start:.0f} s: {rep.programs} programs, {rep.failures} failures, "
                     f"{len(keys)} kinds")
             pseed = rng.getrandbits(48)
-            prog = generate(pseed, exclude)
+            prog = generate(pseed, exclude, data_branches=True)
             calls = random_calls(pseed, prog, rng.randint(*calls_per_program))
             rep.programs += 1
             for f in check_program(prog, calls, stats=stats):

@@ -294,6 +294,20 @@ def _branch(g):
     return [f"if {cond}:", "    {out} = " + a.format(t=t), "else:", "    {out} = " + b.format(t=t)], t
 
 
+def _data_branch(g):
+    """A branch on tensor data (speculation): each value decides a path."""
+    t = g.tensor(min_rank=1)
+    cond = g.rng.choice([
+        "{t}.sum() > 0", "({t} > 0.5).any()", "({t} < 1).all()", "torch.isnan({t}.sum())",
+        "{t}.sum().item() > 0", "{t}.nonzero().size(0) > 2", "int(({t} > 0).sum()) % 2 == 0",
+        "{t}.mean() < {t}.median()", "bool({t}.numel() and {t}.flatten()[0] > 0)",
+    ]).format(t=t)
+    # both sides keep the shape: the reference inputs may take different sides
+    bodies = ["{t} * 2", "{t} + 1", "{t}.flip(0)", "{t}.relu()", "{t}.cumsum(0)", "-{t}", "{t}.exp()"]
+    a, b = g.rng.sample(bodies, 2)
+    return [f"if {cond}:", "    {out} = " + a.format(t=t), "else:", "    {out} = " + b.format(t=t)], t
+
+
 def _inplace(g):
     t = g.tensor()
     e = g.rng.choice(["{t}.contiguous()", "{t}.clone()", "{t}.reshape({t}.shape)", "{t}.view_as({t})"])
@@ -304,10 +318,12 @@ def _inplace(g):
 TEMPLATES = [(_pointwise, 3), (_binary, 3), (_reduce, 2), (_view, 4), (_slice, 2), (_index, 1), (_join, 2),
              (_split, 1), (_matmul, 1), (_norm, 2), (_arange, 1), (_datadep, 1), (_ints, 2), (_branch, 1), (_scalar, 1),
              (_inplace, 0.3)]
+DATA_BRANCHES = TEMPLATES + [(_data_branch, 1)]  # the driver's mix: also branches on data (speculation)
 
 
 class Generator:
-    def __init__(self, seed: int, n_refs: int = 3, exclude: str | None = None):
+    def __init__(self, seed: int, n_refs: int = 3, exclude: str | None = None, templates=None):
+        self.templates = templates or TEMPLATES
         self.rng = random.Random(seed)
         self.n_refs = n_refs
         self.exclude = re.compile(exclude) if exclude else None  # statements to leave out (known bugs)
@@ -385,7 +401,7 @@ class Generator:
         return Program(self.inputs, body, ret)
 
     def _candidate(self, i: int) -> Stmt | None:
-        fn = self.rng.choices([t for t, _ in TEMPLATES], [w for _, w in TEMPLATES])[0]
+        fn = self.rng.choices([t for t, _ in self.templates], [w for _, w in self.templates])[0]
         try:
             made = fn(self)
         except (ValueError, IndexError):
@@ -426,5 +442,5 @@ class Generator:
         return Stmt(lines, out, src)
 
 
-def generate(seed: int, exclude: str | None = None) -> Program:
-    return Generator(seed, exclude=exclude).program()
+def generate(seed: int, exclude: str | None = None, data_branches: bool = False) -> Program:
+    return Generator(seed, exclude=exclude, templates=DATA_BRANCHES if data_branches else TEMPLATES).program()

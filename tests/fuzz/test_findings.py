@@ -96,6 +96,20 @@ CASES = {
         ["s0 = y.size(-1) >> 1"], ["s0"], [Input("y", "float", ("A",))], [({"A": 4}, 0)], True),
     "amax_of_an_empty_dim_changes_the_exception": (  # item 14
         ["v1 = y.amax(1)"], ["v1"], [Input("y", "float", ("A", "B"))], [({"A": 0, "B": 0}, 0)], True),
+    # ---- the 30-minute run of seed 20261123 (issue 10's closing run)
+    "stride_of_an_input_whose_size_oblivious_dim_is_zero": (  # the stride was s1*s2, not s1*max(s2, 1)
+        [], ["y.stride()"], [Input("y", "float", ("C", "C", "A"))],
+        [({"A": 1, "C": 0}, 0), ({"A": 0, "C": 2}, 0), ({"A": 0, "C": 3}, 0)], None),
+    "broadcast_of_a_data_dependent_vector_with_its_first_element": (  # min(1, u0) stretches, no assert
+        ["v9 = y[(y > 0).nonzero(as_tuple=True)]", "v10 = torch.broadcast_tensors(v9, v9[:1])[1]"], ["v10"],
+        [Input("y", "float", ("B", "D"))], [({"B": 2, "D": 3}, 0), ({"B": 1, "D": 1}, 0, False, 5),
+                                             ({"B": 3, "D": 2}, 0, False, 7)], None),
+    # ---- the 30-minute run of seed 77231123 (with speculation)
+    "int_of_data_after_an_in_place_change_of_a_view": (  # the real-value run changed the input a 2nd time
+        ["v2 = y.view_as(y)", "v2.add_(1)", "v6 = y[: int((y > 0).sum())]"], ["v6", "y"],
+        [Input("y", "float", ("D",))], [({"D": 1}, 0), ({"D": 4}, 0)], None),
+    "stride_of_an_empty_computed_tensor": (  # the CPU kernel gives (1, 0), the meta kernel (1, 1)
+        ["v0 = y * y.numel()"], ["v0.stride()"], [Input("y", "float", ("C", "D"))], [({"C": 0, "D": 1}, 0)], None),
 }
 
 

@@ -98,6 +98,7 @@ def branchy(x):
     return x * 2
 
 
+@ds.config.patch(speculate_data_branches=False)  # speculation off: the branch is a graph break
 def test_branching_on_a_data_dependent_size_raises_under_fullgraph_with_the_users_line():
     with pytest.raises(ds.DataDependentError) as e:
         ds.compile(branchy, dynamic=True, fullgraph=True)(torch.ones(3))
@@ -108,6 +109,7 @@ def test_branching_on_a_data_dependent_size_raises_under_fullgraph_with_the_user
     assert "dynashape/" not in msg and "shape_env.py" not in msg
 
 
+@ds.config.patch(speculate_data_branches=False)  # speculation off: the branch is a graph break
 def test_branching_on_a_data_dependent_size_falls_back_to_eager_otherwise():
     cf = ds.compile(branchy, dynamic=True)
     for x in (torch.zeros(3), torch.ones(3)):

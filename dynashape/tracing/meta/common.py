@@ -4,7 +4,7 @@ from __future__ import annotations
 import sympy
 
 from ...symbolic.errors import DataDependentError
-from ...symbolic.symtypes import SymBase
+from ...symbolic.symtypes import SymBase, sym_max
 
 
 def shape(t) -> tuple:
@@ -98,14 +98,27 @@ def broadcast(*shapes) -> tuple:
                 check_equal(cur, d)
             for d in unknown:
                 assert_at_runtime((d == 1) | (d == cur), f"size {d} must broadcast to {cur}")
-        elif unknown:  # only data-dependent dims (and 1s): they must be equal (as torch asserts)
-            cur = unknown[0]
+        elif unknown:  # only data-dependent dims (and 1s): they must be equal (as torch asserts), unless
+            cur = unknown[0]  # one is `min(1, other)`, which is 1 or equal to it: then it stretches, no assert
             for d in unknown[1:]:
+                if _one_or(d, cur):
+                    continue
+                if _one_or(cur, d):
+                    cur = d
+                    continue
                 check_equal(cur, d)
         else:
             cur = 1
         out.append(cur)
     return tuple(out)
+
+
+def _one_or(d, other) -> bool:
+    """`d` is `min(1, other)`: 1 when `other` >= 1, else equal to it (`x[:1]` of a data-dependent x)."""
+    if not (isinstance(d, SymBase) and isinstance(other, SymBase)):
+        return False
+    e = d.node.expr
+    return isinstance(e, sympy.Min) and set(e.args) == {sympy.Integer(1), other.node.expr}
 
 
 def _split_ones(dims, oblivious):
@@ -146,7 +159,9 @@ def canonical_strides(shape) -> tuple:
 def _max1(s):
     if isinstance(s, int):
         return max(s, 1)
-    return s  # symbolic sizes are >= 2 (or size-like): max(s, 1) == s for framework purposes
+    if s.node.env.bound(s.node.expr).lo >= 1:
+        return s
+    return sym_max(s, 1)  # a size that may be 0 (size-oblivious, data-dependent): a stride stays exact
 
 
 def _same_expr(a, b) -> bool:
