@@ -464,7 +464,9 @@ class Tracer:
                 n = self.graph.call(operator.getitem, (n, k), {}, self._tensor_meta(shapes[i], x),
                                     None, torch.is_grad_enabled(), name_hint=f"{node.name}_{k}")
             fake = make_fake(x, shapes[i], n, device, self)
-            fake.ds_view = x._is_view()  # its layout follows its base's, which the trace does not model
+            # its layout follows its base's, which the trace does not model; reshape & co return a view or
+            # a copy depending on the sizes and strides of the call, so their layout is a view's too
+            fake.ds_view = x._is_view() or _fname(func).split(".")[-1] in _VIEW_OR_COPY
             fake.ds_odd_layout = odd_inputs or (not fake.ds_view and _odd_layout(x))
             fake.ds_may_alias = returns_input
             return fake
@@ -638,6 +640,7 @@ _INPLACE_DUNDERS = {"__setitem__", "__iadd__", "__isub__", "__imul__", "__itrued
                     "__imatmul__"}
 
 
+_VIEW_OR_COPY = {"reshape", "reshape_as", "flatten", "ravel", "contiguous", "unflatten", "view_as_real"}
 # ops whose result is always new memory, whatever their inputs (factories, copies, arithmetic)
 _FRESH = {"clone", "zeros", "ones", "empty", "full", "rand", "randn", "randint", "arange", "tensor", "zeros_like",
           "ones_like", "empty_like", "full_like", "rand_like", "randn_like", "eye", "linspace", "cat", "stack"}

@@ -110,6 +110,11 @@ CASES = {
         [Input("y", "float", ("D",))], [({"D": 1}, 0), ({"D": 4}, 0)], None),
     "stride_of_an_empty_computed_tensor": (  # the CPU kernel gives (1, 0), the meta kernel (1, 1)
         ["v0 = y * y.numel()"], ["v0.stride()"], [Input("y", "float", ("C", "D"))], [({"C": 0, "D": 1}, 0)], None),
+    # ---- the 30-minute run of seed 99231123
+    "stride_of_a_reshape_that_is_a_view_or_a_copy_by_size": (  # (0,) when reshape made a view, (1,) a copy
+        ["v1 = y.std(0, keepdim=True)", "v2 = v1[:, :, None].expand(-1, -1, 3)", "v3 = v2.reshape(-1)"],
+        ["v3.stride()"], [Input("y", "float", ("A", "C"))],
+        [({"A": 0, "C": 0}, 0), ({"A": 1, "C": 2}, 0), ({"A": 0, "C": 1}, 0)], None),
 }
 
 
