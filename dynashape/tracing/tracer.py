@@ -291,10 +291,12 @@ class Tracer:
                 int(n)
         known = [n if isinstance(n, int) else self.env.static_value(n.node.expr) for n in t.ds_sizes]
         is_input = getattr(t.ds_node, "kind", None) == "input"
-        if not is_input and any(n == 0 for n in known):
-            raise GraphBreak("stride() of a computed tensor with no elements (device kernels lay those out "
-                             "as they like, unlike the meta kernel)", user_location(),
-                             "What to do: read strides of inputs, or of tensors with elements.")
+        if exact and not is_input and any(n is not None and n <= 1 for n in known):
+            # an empty tensor, or the stride of a size-1 dim: the CPU kernel chooses it unlike the meta
+            # kernel (`x.movedim(0, -1) * 1` of a (1, 1, 2) x: (2, 1, 2) on CPU, (2, 1, 1) on meta)
+            raise GraphBreak("stride() of a computed tensor with an empty or size-1 dim (device kernels lay "
+                             "those out as they like, unlike the meta kernel)", user_location(),
+                             "What to do: read strides of inputs, or of tensors whose dims are all > 1.")
         # a view's strides come from its base's sizes (x[:, :3] of x (n, m) has stride m), which
         # its own sizes do not determine: only a fresh tensor's dense layout is a formula of them
         strides = None if getattr(t, "ds_view", False) and not is_input else symbolic_strides(t)

@@ -115,6 +115,9 @@ CASES = {
         ["v1 = y.std(0, keepdim=True)", "v2 = v1[:, :, None].expand(-1, -1, 3)", "v3 = v2.reshape(-1)"],
         ["v3.stride()"], [Input("y", "float", ("A", "C"))],
         [({"A": 0, "C": 0}, 0), ({"A": 1, "C": 2}, 0), ({"A": 0, "C": 1}, 0)], None),
+    "stride_of_a_size_one_dim_of_a_computed_tensor": (  # CPU (2, 1, 2), meta (2, 1, 1)
+        ["v2 = x.movedim(0, -1)", "v3 = v2 * 1"], ["v3.stride()"], [Input("x", "float", ("B", "C", "D"))],
+        [({"B": 1, "C": 1, "D": 2}, 0)], False),
 }
 
 
