@@ -118,6 +118,12 @@ CASES = {
     "stride_of_a_size_one_dim_of_a_computed_tensor": (  # CPU (2, 1, 2), meta (2, 1, 1)
         ["v2 = x.movedim(0, -1)", "v3 = v2 * 1"], ["v3.stride()"], [Input("x", "float", ("B", "C", "D"))],
         [({"B": 1, "C": 1, "D": 2}, 0)], False),
+    "slice_of_a_slice_from_a_data_dependent_start_took_a_minute": (  # nested exact clamps: sympy blew up
+        ["v0 = x[m]", "v1 = v0[: v0.size(0) // 2]", "v2 = v1[v1.size(0) // 3 : v1.size(0) - 1]",
+         "v5 = F.pad(v2, (0, v2.size(0) // 2), value=-1.0)", "v6 = v5.flatten()[v5.flatten().argmax().item():]",
+         "v7 = v6[v6.size(0) // 3 : v6.size(0) - 1]"],
+        ["v7"], [Input("x", "float", ("D", "A", "B")), Input("m", "mask", ("D", "A", "B"))],
+        [({"A": 8, "B": 6, "D": 5}, 0)], None),
 }
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import operator
 
+import sympy
 import torch
 
 from ...symbolic.errors import DataDependentError
@@ -34,11 +35,20 @@ def _decide(cond):
         return None
 
 
+_MAX_CLAMP_OPS = 8  # a data-dependent bound past this many operations is not clamped symbolically
+
+
 def _clamp(i, n):
     """A slice bound as Python clamps it into [0, n]. A data-dependent bound of unknown sign gets
     the exact formula for either sign: `neg` is 1 when i < 0 and 0 otherwise (i // (|i| + 1))."""
     negative = _decide(i < 0)
     if negative is None:
+        if isinstance(i, SymBase) and sympy.count_ops(i.node.expr) > _MAX_CLAMP_OPS:
+            # the exact formula nests Min/Max/Abs in what is already one: sympy takes minutes on it
+            raise DataDependentError(
+                f"Could not decide whether the slice bound `{i.node.env.describe(i.node.expr)}` is negative: it "
+                f"depends on data, and its exact formula grows too large.\nWhat to do: state its sign with "
+                f"`dynashape.check(bound >= 0)` before this line.", i.node.expr, None)
         neg = -(i // (abs(i) + 1))
         return sym_min(sym_max(i + n * neg, 0), n)
     if negative:
