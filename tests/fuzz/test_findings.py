@@ -124,6 +124,10 @@ CASES = {
          "v7 = v6[v6.size(0) // 3 : v6.size(0) - 1]"],
         ["v7"], [Input("x", "float", ("D", "A", "B")), Input("m", "mask", ("D", "A", "B"))],
         [({"A": 8, "B": 6, "D": 5}, 0)], None),
+    "where_of_a_data_dependent_matrix_and_its_last_column": (  # max(0, u0 - max(0, u0 - 1)) is 1 or u0
+        ["v0 = y[torch.arange(y.size(0)) % 1 == 0]", "v3 = v0.mT", "v6 = v3[..., -1:]",
+         "v7 = torch.where(v3 > 0, v6, v3)"], ["v7"], [Input("y", "float", ("D", "A"))],
+        [({"A": 0, "D": 2}, 0), ({"A": 3, "D": 1}, 0), ({"A": 2, "D": 4}, 0)], None),
 }
 
 
