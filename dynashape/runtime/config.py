@@ -34,7 +34,7 @@ _DEFAULTS: dict[str, tuple[type, object]] = {
     "pgo_remote_timeout": (float, 0.5),  # seconds: the most one Redis operation may take (then local only)
     "enable_compiler_collectives": (bool, False),
     "trace_dir": (str, ""),  # the structured compile trace (tlparse, `python -m dynashape report`)
-    "backend": (str, "eager"),  # what ds.compile(backend=None) uses: "eager" or "fused"
+    "backend": (str, "fused"),  # what ds.compile(backend=None) uses: "fused" (default) or "eager" (replay)
     "fused_sync": (bool, False),  # backend="fused": wait for the C++ compiler instead of running eagerly meanwhile
     "fused_cache_dir": (str, ""),  # compiled kernels; default <pgo_dir>/kernels
 }
