@@ -13,7 +13,7 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 try:
-    from tests.models.hf import SHAPES, inputs, make  # noqa: E402
+    from tests.models.hf import SHAPES, inputs, make, steady  # noqa: E402
 except BaseException as e:  # pytest.skip when transformers is missing
     print(f"skipped: {e}")
     sys.exit(0)
@@ -24,16 +24,6 @@ import dynashape as ds  # noqa: E402
 
 ds.config.pgo = False
 ALL = ["gpt2", "llama", "qwen2", "mistral", "bert", "distilbert", "t5", "vit", "whisper"]
-
-
-def per_call(fn, kw, reps=7):
-    fn(**kw)
-    times = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        fn(**kw)
-        times.append(time.perf_counter() - t0)
-    return sorted(times)[reps // 2]
 
 
 def main(names):
@@ -49,8 +39,8 @@ def main(names):
                 cm(**inputs(name, b, t))
             first = time.perf_counter() - t0
             kw = inputs(name, 4, 32)
-            e = per_call(m, kw)
-            c = per_call(cm, kw)
+            e = steady(m, kw, reps=7)
+            c = steady(cm, kw, reps=7)
         graphs = sum(1 for en in cm.entries if en.graph is not None)
         print(f"{name:11} {graphs:6d} {len(cm.stats.graph_breaks):6d} {cm.stats.compiles:8d} {first:9.2f} "
               f"{e * 1e3:9.2f} {c * 1e3:11.2f} {c / e:6.2f}", flush=True)
