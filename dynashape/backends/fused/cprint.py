@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import sympy
 
-from ...symbolic.functions import CeilToInt, FloorDiv, FloorToInt, IntTrueDiv, Mod, ToFloat, TruncToInt
+from ...symbolic.functions import (BitwiseAnd, BitwiseOr, BitwiseXor, CeilToInt, FloorDiv, FloorToInt, IntTrueDiv, Mod,
+                                   ToFloat, TruncToInt)
 
 __all__ = ["cexpr"]
 
@@ -44,6 +45,9 @@ def cexpr(e) -> str:
         return _fold("std::max<int64_t>", e.args)
     if isinstance(e, sympy.Min):
         return _fold("std::min<int64_t>", e.args)
+    if isinstance(e, (BitwiseAnd, BitwiseOr, BitwiseXor)):  # int64 two's complement, as Python's on ints in range
+        op = {BitwiseAnd: "&", BitwiseOr: "|", BitwiseXor: "^"}[type(e)]
+        return f"({cexpr(e.args[0])} {op} {cexpr(e.args[1])})"
     if isinstance(e, IntTrueDiv):
         return f"((double){cexpr(e.args[0])} / (double){cexpr(e.args[1])})"
     if isinstance(e, ToFloat):

@@ -1,5 +1,7 @@
 """Bugs the differential suite, the fuzzer and the model suite found with backend='fused',
 one test each, reduced to the smallest program that showed them."""
+import warnings
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -113,3 +115,15 @@ def test_a_dynamic_size_guarded_equal_to_a_weight_size_still_fuses():
 
     with torch.no_grad():
         check_fused(f, [(torch.randn(2, s, 16), torch.randn(2, s, 16)) for s in (3, 9)])
+
+
+def test_bit_operations_on_sizes_fuse_without_falling_back():
+    def f(x, k):
+        n = x.size(0)
+        return x * (n & 1) + (n | k) + (n ^ 3)
+    cf = ds.compile(f, backend="fused")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        for n, k in [(4, 2), (5, 9), (7, 0), (8, -3), (9, 2)]:
+            x = torch.randn(n)
+            torch.testing.assert_close(cf(x, k), f(x, k))
