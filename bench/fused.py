@@ -140,7 +140,7 @@ def inner_calls(fn, args) -> int:
 def contestants(fn, args, inductor: bool):
     ds.reset()
     out = {"eager": fn}
-    out["ours replay"] = ds.compile(fn, dynamic=True)
+    out["ours replay"] = ds.compile(fn, dynamic=True, backend="eager")
     with ds.config.patch(fused_sync=True):
         f = ds.compile(fn, dynamic=True, backend="fused")
         f(*args)
@@ -206,7 +206,7 @@ def sequences(threads: int, inductor: bool):
                                                                          fused_sync=bool(sync)):
                 before = fused.counters["compiles"]
                 t0 = time.perf_counter()
-                f = ds.compile(fn, dynamic=True) if sync is None else ds.compile(fn, dynamic=True, backend="fused")
+                f = ds.compile(fn, dynamic=True, backend="eager" if sync is None else "fused")
                 for a in seq:
                     f(*a)
                 res[key] = time.perf_counter() - t0

@@ -3,7 +3,8 @@ a NaN batch (`if torch.isnan(loss)`) and returns early when the batch loss is al
 (`if loss < LOW`), so the step takes one of three paths decided on data.
 
 Side by side in one run: eager, ours (default), torch.compile default (Inductor) and with
-dynamic=True. Total time of the loop, compiles included (cold: each run in a fresh cache),
+dynamic=True. Total time of the loop, compiles included (cold: each run in a fresh cache, Inductor's
+on-disk caches disabled),
 medians over --repeats runs; compiles and graph breaks counted. Losses are checked against eager.
 
     python bench/speculation.py [--repeats 3] [--steps 200]
@@ -14,6 +15,7 @@ import argparse
 import statistics
 import sys
 import time
+import warnings
 
 import torch
 import torch.nn.functional as F
@@ -77,7 +79,10 @@ def main(argv=None):
     a = ap.parse_args(argv)
     ds.config.pgo = False  # cold compiles: torch.compile starts without a profile too
     import torch._dynamo
+    import torch._inductor.config as inductor_config
 
+    warnings.filterwarnings("ignore", message="dynamo_pgo force disabled")
+    inductor_config.force_disable_caches = True  # cold: no FX-graph or kernel cache from an earlier run
     torch.set_num_threads(1)
     data = batches(a.steps)
     results: dict = {}
