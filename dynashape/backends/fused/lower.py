@@ -275,11 +275,9 @@ class Lowerer:
             return self.mean(a, dt)
         if name in ("amax", "amin"):
             return ir.reduce("max" if name == "amax" else "min", a, dt)
-        if name == "logsumexp":
-            m = ir.reduce("shift", a, dt)  # a NaN reaches the result through the sum
-            mm = ir.op("finite_or_zero", (m,), dt)
-            s = ir.reduce("sum", ir.op("exp", (ir.op("sub", (a, mm), dt),), dt), dt)
-            return ir.op("add", (ir.op("log", (s,), dt), mm), dt)
+        if name == "logsumexp":  # shifted by a finite max, so an all -inf or +inf row gives torch's +-inf
+            mm = ir.op("finite_or_zero", (ir.reduce("shift", a, dt),), dt)
+            return ir.op("add", (ir.op("log", (self.sum_exp(a, mm, dt),), dt), mm), dt)
         if name in ("var", "std"):
             corr = n.kwargs.get("correction")
             if corr is None:
@@ -289,6 +287,16 @@ class Lowerer:
             v = self.var(a, dt, corr)
             return ir.op("sqrt", (v,), dt) if name == "std" else v
         raise Unfusable(name)
+
+    def shift_and_sum_exp(self, a, dt):
+        """(m, sum(exp(a - m))) over the row, m its max: softmax's and cross-entropy's shift. A NaN
+        or an inf - inf reaches every output through the sum, as in torch's kernels."""
+        m = self.ir.reduce("shift", a, dt)
+        return m, self.sum_exp(a, m, dt)
+
+    def sum_exp(self, a, m, dt):
+        ir = self.ir
+        return ir.reduce("sum", ir.op("exp", (ir.op("sub", (a, m), dt),), dt), dt)
 
     def mean(self, a, dt):
         return self.ir.op("div", (self.ir.reduce("sum", a, dt), self.ir.sym(self.count(), dt)), dt)
@@ -307,8 +315,7 @@ class Lowerer:
         dt = compute_dtype(x.meta.dtype)
         i0 = self.ir.vars[0]
         full = self.cast(self.value(x, self.ir.vars), dt)
-        m = ir.reduce("shift", full, dt)
-        s = ir.reduce("sum", ir.op("exp", (ir.op("sub", (full, m), dt),), dt), dt)
+        m, s = self.shift_and_sum_exp(full, dt)
         lse = ir.op("add", (ir.op("log", (s,), dt), m), dt)
         tv = self.value(t, (i0,))
         picked = ir.gather(self.buf[x], (i0, 0), 1, x.meta.shape[1], tv, dt)
@@ -325,8 +332,7 @@ class Lowerer:
         full = self.cast(self.value(x, self.ir.vars), dt)
         here = self.cast(self.value(x, idx), dt)
         if name in ("softmax", "log_softmax"):
-            m = ir.reduce("shift", full, dt)  # a NaN in the row reaches every output through the sum
-            s = ir.reduce("sum", ir.op("exp", (ir.op("sub", (full, m), dt),), dt), dt)
+            m, s = self.shift_and_sum_exp(full, dt)
             if name == "softmax":
                 return ir.op("div", (ir.op("exp", (ir.op("sub", (here, m), dt),), dt), s), dt)
             return ir.op("sub", (ir.op("sub", (here, m), dt), ir.op("log", (s,), dt)), dt)

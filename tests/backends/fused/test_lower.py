@@ -147,6 +147,20 @@ def test_nans_propagate_through_reductions_like_eager():
     check_fused(f, [(x,)], equal_nan=True)
 
 
+def test_infinite_rows_give_eager_results_in_logsumexp_softmax_and_cross_entropy():
+    # logsumexp shifts by a finite max (an all -inf row gives -inf, a +inf gives +inf); softmax and
+    # cross-entropy shift by the raw max (a +inf gives NaN, as torch's kernels do)
+    def f(x, t):
+        y = x * 2
+        return torch.logsumexp(y, -1), (x + 1).softmax(-1), F.cross_entropy(y, t, reduction="none")
+    x = torch.randn(5, 7)
+    x[1, :] = float("-inf")
+    x[2, 4] = float("inf")
+    x[3, 0] = float("-inf")
+    x[4, :] = float("inf")
+    check_fused(f, [(x, torch.tensor([0, 1, 2, 3, 4]))], equal_nan=True)
+
+
 def test_bitwise_ops_on_integers_and_same_dtype_casts_keep_eager_semantics():
     def f(x, i):
         y = x * 2
