@@ -146,6 +146,7 @@ class RegionRuntime:
         self.symbols = sorted(sym_set, key=lambda s: s.name)
         self.kernel = None
         self.wrapper = None
+        self._sym_code: dict = {}  # the replay's symbolic arguments, compiled once
 
     def compile(self) -> None:
         n_ptr = self.spec.n_in + self.spec.n_out
@@ -175,10 +176,10 @@ class RegionRuntime:
         if self.nonempty is not None:
             lines.append(f"    if ({pyexpr(self.nonempty)}) == 0:")
             lines.append(f"        return _fallback(_rt, ({', '.join(ins)},), {symdict})")
-        if grad_ins:
+        if grad_ins:  # autograd records eager's own calls: a kernel would be recomputed for the backward
             cond = " or ".join(f"{a}.requires_grad" for a in grad_ins)
             lines.append(f"    if _grad_on() and ({cond}):")
-            lines.append(f"        return _autograd(_rt, {params})")
+            lines.append(f"        return _fallback(_rt, ({', '.join(ins)},), {symdict})")
         outs = []
         epilogue = []
         for j, o in enumerate(r.outputs):
@@ -206,7 +207,7 @@ class RegionRuntime:
             lines[-1] = f"    return ({', '.join(outs)})"
         src = "\n".join(lines) + "\n"
         ns = {"torch": torch, "_empty": torch.empty, "_kernel": self.kernel, "_nthreads": torch.get_num_threads,
-              "_grad_on": torch.is_grad_enabled, "_autograd": _autograd, "_rt": self,
+              "_grad_on": torch.is_grad_enabled, "_rt": self,
               "_fallback": _fallback}
         exec_source(src, "fused-region", ns)
         fn = ns[self.name]
@@ -214,20 +215,18 @@ class RegionRuntime:
         fn._codegen_name = self.name
         return fn
 
-    def run_kernel(self, *args):
-        """The kernel call without the autograd check (the forward of the autograd.Function)."""
-        with torch.no_grad():
-            out = self.wrapper(*args)
-        return out if isinstance(out, tuple) else (out,)
-
     def replay(self, tensors, symvals: dict):
-        """The region's torch calls, interpreted (the backward recomputes through these)."""
+        """The region's torch calls, interpreted: under autograd (eager's graph and gradients), on a device,
+        and where eager raises or the kernel cannot give eager's result."""
         env = dict(zip(self.region.inputs, tensors))
+        code = self._sym_code
 
         def arg(a):
             if isinstance(a, SymExpr):
-                v = eval(pyexpr(a.expr), {}, symvals)  # noqa: S307 - our own printed formula
-                return a.pytype(v)
+                c = code.get(a.expr)
+                if c is None:
+                    c = code[a.expr] = compile(pyexpr(a.expr), "<fused-region>", "eval")
+                return a.pytype(eval(c, {}, symvals))  # noqa: S307 - our own printed formula
             return env[a]
 
         for n in self.region.nodes:
@@ -235,40 +234,8 @@ class RegionRuntime:
         return tuple(env[o] for o in self.region.outputs)
 
 
-class _RegionFunction(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, rt, *args):
-        n = len(rt.region.inputs)
-        ctx.rt, ctx.syms = rt, args[n:]
-        ctx.save_for_backward(*args[:n])
-        outs = rt.run_kernel(*args)
-        ctx.mark_non_differentiable(*[o for o in outs if not o.dtype.is_floating_point])
-        return outs
-
-    @staticmethod
-    def backward(ctx, *grads):
-        rt = ctx.rt
-        saved = ctx.saved_tensors
-        needs = ctx.needs_input_grad[1:1 + len(saved)]
-        symvals = {s.name: v for s, v in zip(rt.symbols, ctx.syms)}
-        with torch.enable_grad():
-            xs = [t.detach().requires_grad_(bool(q)) for t, q in zip(saved, needs)]
-            outs = rt.replay(xs, symvals)
-        pairs = [(o, g) for o, g in zip(outs, grads) if g is not None and o.requires_grad]
-        diff = [x for x in xs if x.requires_grad]
-        got = iter(torch.autograd.grad([o for o, _ in pairs], diff, [g for _, g in pairs], allow_unused=True)
-                   if pairs and diff else [None] * len(diff))
-        res = [next(got) if x.requires_grad else None for x in xs]
-        return (None, *res, *([None] * len(ctx.syms)))
-
-
 def _fallback(rt, tensors, symvals):
     outs = rt.replay(list(tensors), symvals)
-    return outs if len(outs) > 1 else outs[0]
-
-
-def _autograd(rt, *args):
-    outs = _RegionFunction.apply(rt, *args)
     return outs if len(outs) > 1 else outs[0]
 
 

@@ -1,5 +1,6 @@
-"""Autograd through fused regions: eager's gradients (the backward recomputes the region with
-torch ops), checked against eager and with torch.autograd.gradcheck in float64."""
+"""Autograd through fused regions: a region whose inputs require grad runs its torch calls, so
+autograd records eager's graph (a kernel would have to be recomputed for the backward, slower
+than eager); checked against eager and with torch.autograd.gradcheck in float64."""
 import torch
 import torch.nn.functional as F
 
@@ -34,6 +35,21 @@ def test_gradcheck_in_float64():
     cf(x, w, b)
     assert cf.entries[0].fn.fused
     assert torch.autograd.gradcheck(cf, (x, w, b))
+
+
+def test_a_region_needing_gradients_runs_torch_calls_and_one_without_runs_the_kernel(monkeypatch):
+    from dynashape.backends.fused import backend
+    calls = []
+    real = backend._fallback
+    monkeypatch.setattr(backend, "_fallback", lambda *a: calls.append(1) or real(*a))
+    cf = ds.compile(chain, dynamic=True, backend="fused")
+    with ds.config.patch(fused_sync=True):
+        x, w, b = (torch.randn(*s, requires_grad=True) for s in [(3, 6), (6,), (6,)])
+        cf(x, w, b).sum().backward()
+    assert calls and cf.entries[0].fn.fused
+    calls.clear()
+    cf(x.detach(), w.detach(), b.detach())
+    assert not calls
 
 
 def test_no_grad_runs_the_kernel_and_returns_no_graph():
