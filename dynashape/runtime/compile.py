@@ -346,7 +346,7 @@ class CompiledFunction:
             entry.fn = entry.tree.fn
             entry.graph = entry.tree.graph
         if entry is None:
-            tree = Tree()
+            tree = Tree(self.backend)
             if not tree.add(graph, finish):  # one path always merges with itself
                 raise AssertionError("a single path did not form a tree")
             entry = Entry(guard_set, tree.graph, tree.fn, env, why_dynamic, self._call_shape(args, kwargs), tree)

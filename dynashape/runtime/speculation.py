@@ -12,7 +12,8 @@ from ..tracing.speculate import SideExit
 
 
 class Tree:
-    def __init__(self):
+    def __init__(self, backend=None):
+        self.backend = backend  # one with a `tree(paths, side_exit)` method compiles the tree itself
         self.paths: list = []  # graphs
         self.finishers: list = []  # finish(flat, L) per path: the output, with its Python effects
         self.fn = None
@@ -22,19 +23,14 @@ class Tree:
     def add(self, graph, finish) -> bool:
         """Merge a path in (False when it does not share the tree's statements up to a branch)."""
         paths = self.paths + [graph]
+        tree_fn = getattr(self.backend, "tree", None)
         try:
-            code = compile_tree(paths, SideExit)
+            code = tree_fn(paths, SideExit) if tree_fn is not None else compile_tree(paths, SideExit)
         except CannotMerge:
             return False
         self.paths = paths
         self.finishers.append(finish)
-        finishers = self.finishers
-
-        def run(L):
-            k, flat = code(L)
-            return finishers[k](flat, L)
-        run.source = code.source
-        self.fn = run
+        self.fn = _TreeFn(code, self.finishers)
         self.graph = TreeGraph(paths)
         return True
 
@@ -51,6 +47,24 @@ class Tree:
                     seen[key] = n.location
         return (f"data-dependent branches: {len(self.paths)} paths seen (config.speculation_paths = {limit}); "
                 f"calls that take another path run eagerly")
+
+
+class _TreeFn:
+    """fn(L) of a tree entry: the path's outputs, finished with its Python effects. Other
+    attributes are the compiled code's (`source`; the fused backend's `fused`, `regions`)."""
+
+    def __init__(self, code, finishers):
+        self.code, self.finishers = code, finishers
+
+    def __call__(self, L):
+        k, flat = self.code(L)
+        return self.finishers[k](flat, L)
+
+    def __getattr__(self, name):
+        return getattr(self.__dict__["code"], name)
+
+    def __deepcopy__(self, memo):  # like a function: copying a compiled module shares its code
+        return self
 
 
 __all__ = ["SideExit", "Tree"]

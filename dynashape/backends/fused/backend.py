@@ -20,7 +20,9 @@ import sympy
 import torch
 
 from ...ir.codegen import compile_graph, exec_source
-from ...ir.graph import Graph, SymExpr, map_args
+from ...ir.graph import Graph, SymExpr, _nodes_in, map_args
+from ...ir.printing import format_node
+from ...ir.tree import compile_tree
 from ...runtime.config import config
 from ...runtime.registry import register_backend
 from ...symbolic.printer import pyexpr
@@ -70,7 +72,15 @@ class Tiered:
 @register_backend("fused")
 class FusedBackend:
     def __call__(self, graph, name: str = "forward"):
-        eager_fn = compile_graph(graph, name)
+        return self._tiered(compile_graph(graph, name), lambda: build_fused(graph, name))
+
+    def tree(self, paths: list, side_exit, name: str = "forward"):
+        """The function of a trace tree (`ir.tree.compile_tree`), its regions fused the same way.
+        Raises CannotMerge, as compile_tree does, when the paths do not merge."""
+        return self._tiered(compile_tree(paths, side_exit, name), lambda: build_fused_tree(paths, side_exit, name))
+
+    @staticmethod
+    def _tiered(eager_fn, build_fn):
         tiered = Tiered(eager_fn)
         if build.compiler() is None:
             _warn_once("nocxx", "dynashape: backend='fused' found no C++ compiler (g++/c++ or $CXX); "
@@ -81,7 +91,7 @@ class FusedBackend:
 
         def job():
             try:
-                fn, regions = build_fused(graph, name)
+                fn, regions = build_fn()
                 tiered.swap(fn, regions)
             except Exception as e:  # noqa: BLE001 - the eager code stays correct; say why once
                 build.counters["failures"] += 1
@@ -239,12 +249,30 @@ def _fallback(rt, tensors, symvals):
     return outs if len(outs) > 1 else outs[0]
 
 
-def plan(graph: Graph) -> list[RegionRuntime]:
+def _layout_matters(graphs) -> bool:
+    return any(ops.op_name(n.target) in ops.STRIDED for g in graphs for n in g.nodes if n.kind == "call")
+
+
+def plan(graph: Graph, layout_matters: bool | None = None, used_elsewhere: frozenset = frozenset(),
+         shared: dict | None = None) -> list[RegionRuntime]:
+    """The regions of `graph` that lower. `shared`: regions already planned for another path of a
+    trace tree, by their statements: the same region is the same runtime (one kernel, one name)."""
     rts = []
-    layout_matters = any(ops.op_name(n.target) in ops.STRIDED for n in graph.nodes if n.kind == "call")
-    for i, r in enumerate(schedule(graph)):
+    if layout_matters is None:
+        layout_matters = _layout_matters([graph])
+    for i, r in enumerate(schedule(graph, used_elsewhere)):
+        key = (tuple(format_node(n) for n in r.nodes), tuple(o.name for o in r.outputs),
+               tuple(a.name for a in r.aliases))
+        if shared is not None and key in shared:
+            if shared[key] is not None:
+                rts.append(_PathRegion(shared[key], r))
+            continue
+        if shared is not None:
+            shared[key] = None
         try:
             rts.append(RegionRuntime(r, i, layout_matters))
+            if shared is not None:
+                shared[key] = rts[-1]
         except Unfusable as e:
             log.debug("region of %s stays torch calls: %s", [n.name for n in r.nodes], e)
         except Exception as e:  # noqa: BLE001 - a gap in lowering/codegen: this region stays torch calls
@@ -254,19 +282,57 @@ def plan(graph: Graph) -> list[RegionRuntime]:
     return rts
 
 
-def build_fused(graph: Graph, name: str = "forward"):
-    """(fused forward, regions); (None, []) when nothing in the graph fuses."""
+class _PathRegion:
+    """A region of another path of a trace tree that runs `rt`'s kernel: `region` has this path's
+    nodes (the same statements as rt.region's), for rewriting this path's graph."""
+
+    def __init__(self, rt: RegionRuntime, region: Region):
+        self.rt, self.region = rt, region
+
+    def __getattr__(self, name):
+        return getattr(self.__dict__["rt"], name)
+
+
+def _compile_all(rts: list) -> list:
+    """The regions whose kernels built (found on disk or compiled); the others stay torch calls."""
     ok = []
-    for rt in plan(graph):
+    for rt in rts:
         try:
             rt.compile()
             ok.append(rt)
         except Exception as e:  # noqa: BLE001 - this region stays torch calls; the others still fuse
             build.counters["failures"] += 1
             _warn_once(f"cxx:{str(e)[:200]}", f"dynashape: fused backend could not build a kernel: {str(e)[:3000]}")
+    return ok
+
+
+def build_fused(graph: Graph, name: str = "forward"):
+    """(fused forward, regions); (None, []) when nothing in the graph fuses."""
+    ok = _compile_all(plan(graph))
     if not ok:
         return None, []
     return compile_graph(rewrite(graph, ok), name), ok
+
+
+def build_fused_tree(paths: list, side_exit, name: str = "forward"):
+    """(fused tree function, regions) for the paths of a trace tree; (None, []) when nothing fuses.
+    A region never spans a data guard, and one shared by several paths returns every value any
+    path reads, so the paths' shared statements stay identical and still merge."""
+    layout_matters = _layout_matters(paths)
+    stmts = [{(n.name, format_node(n)) for n in g.nodes} for g in paths]
+    shared: dict = {}
+    per_path = []
+    for k, g in enumerate(paths):
+        elsewhere = frozenset(u.name for j, h in enumerate(paths) if j != k for n in h.nodes
+                              if (n.name, format_node(n)) not in stmts[k] for u in _nodes_in((n.args, n.kwargs)))
+        per_path.append(plan(g, layout_matters, elsewhere, shared))
+    ok = _compile_all([rt for rts in per_path for rt in rts if isinstance(rt, RegionRuntime)])
+    if not ok:
+        return None, []
+    built = {id(rt) for rt in ok}
+    rewritten = [rewrite(g, [rt for rt in rts if id(getattr(rt, "rt", rt)) in built])
+                 for g, rts in zip(paths, per_path)]
+    return compile_tree(rewritten, side_exit, name), ok
 
 
 def rewrite(g: Graph, rts: list) -> Graph:

@@ -27,8 +27,12 @@ from .lower import Region
 
 
 def _is_barrier(n: Node) -> bool:
+    """An in-place op, or a data guard: a region never spans a branch of a trace tree, so the
+    statements the paths share fuse the same way on every path."""
     if n.kind != "call":
         return False
+    if getattr(n.target, "_codegen_name", None) == "ds_data_guard":
+        return True
     name = getattr(n.target, "__name__", "") or ""
     if name.endswith("_") and not name.startswith("__"):
         return True
@@ -87,7 +91,9 @@ def _is_alias(m: Node) -> bool:
     return fam == "view" or (fam == "identity" and ops.op_name(m.target) != "clone")
 
 
-def schedule(g: Graph) -> list[Region]:
+def schedule(g: Graph, used_elsewhere: frozenset = frozenset()) -> list[Region]:
+    """The regions of `g`. `used_elsewhere`: names of values that other paths of a trace tree
+    read, so a region must return them even when this path does not."""
     pos = {n: i for i, n in enumerate(g.nodes)}
     epoch, ep = 0, {}
     region_of: dict = {}  # node -> region id
@@ -126,7 +132,7 @@ def schedule(g: Graph) -> list[Region]:
     bound = {n.target for n in g.nodes if n.kind == "symbol"}
     out = []
     for rid, nodes in members.items():
-        r = finalize(nodes, bound)
+        r = finalize(nodes, bound, used_elsewhere)
         if r is not None:
             out.append(r)
     return out
@@ -145,7 +151,7 @@ def _ok(nodes: list, last: Node, pos: dict, ep: dict) -> bool:
     return True
 
 
-def finalize(nodes: list, bound: set) -> Region | None:
+def finalize(nodes: list, bound: set, used_elsewhere: frozenset = frozenset()) -> Region | None:
     """The region of these members, or None when the cost model or the loop model says no."""
     if len(nodes) == 1 and ops.family(nodes[0]) == "xent":
         x, t = nodes[0].args[0], ops.arg(nodes[0], 1, "target")
@@ -160,7 +166,7 @@ def finalize(nodes: list, bound: set) -> Region | None:
     if len(computing) < 2:
         return None
     inside = set(nodes)
-    used_outside = [m for m in nodes if any(u not in inside for u in m.users)]
+    used_outside = [m for m in nodes if m.name in used_elsewhere or any(u not in inside for u in m.users)]
     if not used_outside:
         return None
     # a view/identity used outside is re-run as a torch call on what it views (the region's output
