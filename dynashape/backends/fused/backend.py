@@ -150,6 +150,8 @@ class RegionRuntime:
         self.nonempty = None
         if any(ops.op_name(n.target) in ("amax", "amin") for n in region.nodes):
             inner = sympy.Mul(*[sympy.sympify(d) for d in D[k:]])
+            if inner == 0:
+                raise Unfusable("amax/amin over an empty dim: eager raises")
             if inner.free_symbols:
                 self.nonempty = inner
                 sym_set |= inner.free_symbols

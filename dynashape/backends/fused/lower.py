@@ -87,10 +87,11 @@ class Lowerer:
         for s, o, i in zip(shape, out[len(out) - len(shape):], tail):
             if isinstance(s, int) and s == 1:
                 res.append(0)
-            elif sympy.sympify(s) == sympy.sympify(o) or not _unbacked(s) | _unbacked(o):
-                res.append(i)  # backed sizes: the trace guarded that s is not 1 (metas may keep s2 for 128)
-            else:  # a data-dependent size may be 1 at run time: whether it broadcasts, only the run knows
-                raise Unfusable(f"operand size {s} broadcast to {o}")
+            elif sympy.sympify(s) == sympy.sympify(o):
+                res.append(i)
+            else:  # s may be 1 at run time (Min(1, s0), a slice, a size from data): then it broadcasts,
+                # else it equals o (the trace's guards or runtime asserts): index i * (s != 1)
+                res.append(i * sympy.Min(1, sympy.sympify(s) - 1))
         return tuple(res)
 
     def at(self, v, idx, dt, out: tuple):
@@ -355,11 +356,6 @@ class Lowerer:
         if b is not None:
             out = ir.op("add", (out, self.at(b, idx, dt, tuple(n.meta.shape))), dt)
         return out
-
-
-def _unbacked(size) -> set:
-    """The data-dependent symbols (u0, zuf0: from .item(), nonzero()...) of a size."""
-    return {s for s in sympy.sympify(size).free_symbols if s.name.startswith(("u", "zu"))}
 
 
 def _perm(n, name, rank):

@@ -127,3 +127,35 @@ def test_bit_operations_on_sizes_fuse_without_falling_back():
         for n, k in [(4, 2), (5, 9), (7, 0), (8, -3), (9, 2)]:
             x = torch.randn(n)
             torch.testing.assert_close(cf(x, k), f(x, k))
+
+
+@pytest.mark.parametrize("dynamic", [None, True])
+def test_an_operand_size_that_is_1_at_run_time_broadcasts_whatever_its_symbolic_form(dynamic):
+    # fuzz (fused, seed 61231123): after a call with sizes 0 the dims are dynamic down to 0, so
+    # y[:n] has size Min(n, C) and cat([y, zeros], -1) has 2*C against x's C: the trace's
+    # broadcast was right, but the kernel indexed those operands as full dims when they were 1
+    def sliced(y, n):
+        return y[:n] / (y.abs() + 1)
+
+    def cat_where(x, y):
+        v0 = torch.cat([y, y.new_zeros(y.shape)], -1)
+        return torch.where(v0 > 0, x, v0)
+
+    cf = ds.compile(sliced, dynamic=dynamic, backend="fused")
+    for c, a, n in [(0, 0, 0), (2, 1, 1), (3, 2, 1), (3, 2, 3), (3, 2, 2), (4, 1, 1), (5, 3, 5)]:
+        _same_outcome(sliced, cf, (torch.randn(c, a), n))  # (3, 2, 2): eager raises, so must we
+    cf = ds.compile(cat_where, dynamic=dynamic, backend="fused")
+    for a, b, c, d in [(0, 0, 0, 0), (2, 4, 1, 1), (2, 3, 1, 2), (3, 2, 2, 1), (1, 2, 1, 1)]:
+        _same_outcome(cat_where, cf, (torch.randn(d, b, c), torch.randn(a, b, c)))
+    assert any(getattr(e.fn, "fused", False) for e in cf.entries)
+
+
+def test_amax_over_a_dim_that_is_always_empty_raises_as_eager_does():
+    # fuzz (fused, the suite's seed): a region reducing over a constant 0 dim returned an empty
+    # result where eager's amax raises IndexError (even though the result itself is empty)
+    def f(x, y):
+        v1 = torch.masked_select(y, y > 1.0).unsqueeze(-1)
+        return (x / (v1.abs() + 1)).amax(1, keepdim=True)
+
+    cf = ds.compile(f, backend="fused")
+    _same_outcome(f, cf, (torch.randn(0), torch.randn(0)))
