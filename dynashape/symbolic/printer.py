@@ -62,7 +62,7 @@ def pyexpr(expr: sympy.Basic, name_of: Callable[[sympy.Symbol], str] | None = No
     """
     if not isinstance(expr, sympy.Basic):
         expr = sympy.sympify(expr)
-    printer = _Printer(name_of)
+    printer = _Printer(name_of, integer)
     if integer and not expr.is_Number and _has_rational(expr):
         num, den = _int_fraction(expr)
         return printer(num)[0] if den == 1 else f"{printer.wrap(num, MUL)} // {den}"
@@ -99,8 +99,20 @@ def _is_atom_text(text: str) -> bool:
 class _Printer:
     """Recursive printer returning (text, precedence) pairs."""
 
-    def __init__(self, name_of: Callable[[sympy.Symbol], str] | None):
+    def __init__(self, name_of: Callable[[sympy.Symbol], str] | None, integer: bool = False):
         self.name_of = name_of
+        self.integer = integer  # an int-valued formula: so are the operands of //, %, max, min, abs
+
+    def int_operand(self, e: sympy.Basic, min_prec: int) -> str:
+        """An operand of an int function in an int formula: `n/2` (sympy's FloorDiv(n, 2) of an n it
+        knows is even) prints as `(n // 2)`, exact, so the result stays an int (`n/2 // 2` is a float)."""
+        if self.integer and _has_rational(e) and all(x.is_integer for x in e.free_symbols):
+            num, den = _int_fraction(e)
+            if den != 1:
+                return f"({self.wrap(num, MUL)} // {den})"
+            if not _has_rational(num):
+                return self.wrap(num, min_prec)
+        return self.wrap(e, min_prec)
 
     def __call__(self, e: sympy.Basic) -> tuple[str, int]:
         if e.is_Symbol:
@@ -182,15 +194,19 @@ class _Printer:
 
     def binop(self, e, op: str) -> tuple[str, int]:
         # left-associative: the right operand needs parentheses at equal precedence
-        return f"{self.wrap(e.args[0], MUL)} {op} {self.wrap(e.args[1], UNARY)}", MUL
+        if op == "/":
+            return f"{self.wrap(e.args[0], MUL)} {op} {self.wrap(e.args[1], UNARY)}", MUL
+        return f"{self.int_operand(e.args[0], MUL)} {op} {self.int_operand(e.args[1], UNARY)}", MUL
 
     def bitop(self, e) -> tuple[str, int]:
         # & | ^ bind looser than comparisons' operands need, tighter than comparisons: parenthesise
         op = {BitwiseAnd: "&", BitwiseOr: "|", BitwiseXor: "^"}[type(e)]
-        return f"({self.wrap(e.args[0], UNARY)} {op} {self.wrap(e.args[1], UNARY)})", ATOM
+        return f"({self.int_operand(e.args[0], UNARY)} {op} {self.int_operand(e.args[1], UNARY)})", ATOM
 
     def call(self, e) -> tuple[str, int]:
         fn = next(name for cls, name in _CALLS.items() if isinstance(e, cls))
+        if isinstance(e, (sympy.Max, sympy.Min, sympy.Abs)):
+            return f"{fn}({', '.join(self.int_operand(a, 0) for a in e.args)})", ATOM
         return f"{fn}({', '.join(self(a)[0] for a in e.args)})", ATOM
 
     def floor_to_int(self, e) -> tuple[str, int]:

@@ -128,6 +128,14 @@ CASES = {
         ["v0 = y[torch.arange(y.size(0)) % 1 == 0]", "v3 = v0.mT", "v6 = v3[..., -1:]",
          "v7 = torch.where(v3 > 0, v6, v3)"], ["v7"], [Input("y", "float", ("D", "A"))],
         [({"A": 0, "D": 2}, 0), ({"A": 3, "D": 1}, 0), ({"A": 2, "D": 4}, 0)], None),
+    "broadcast_of_a_unique_result_and_its_tail_when_it_has_one_element": (  # u0 vs u0 - 1: 1 vs 0 is 0
+        ["v4 = y.mean(-1)", "v5 = v4 / (y.abs() + 1)", "v6 = torch.unique(v5.round())",
+         "v7 = v6.split([1, v6.size(-1) - 1], -1)[1]", "v8 = v6 / (v7.abs() + 1)"], ["v8"],
+        [Input("y", "float", ("A",))], [({"A": 2}, 0, False, 1157747298250000)], None),
+    "narrow_by_half_of_an_even_size_got_a_float": (  # FloorDiv(n/2, 2) of an even n printed `n/2 // 2`
+        ["v1 = torch.cat([F.pad(y, (1, 1, 0, 1))] * 2, 1)", "v9 = v1.reshape(-1)[..., 1::2]",
+         "v12 = v9.narrow(-1, 0, v9.size(-1) // 2)"], ["v12"], [Input("y", "float", ("C", "D"))],
+        [({"C": 0, "D": 0}, 0), ({"C": 1, "D": 1}, 0), ({"C": 2, "D": 3}, 0)], None),
 }
 
 

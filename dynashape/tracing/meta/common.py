@@ -4,7 +4,7 @@ from __future__ import annotations
 import sympy
 
 from ...symbolic.errors import DataDependentError
-from ...symbolic.symtypes import SymBase, sym_max
+from ...symbolic.symtypes import SymBase, sym_max, sym_min
 
 
 def shape(t) -> tuple:
@@ -108,9 +108,11 @@ def broadcast(*shapes) -> tuple:
                     continue
                 if _same_expr(cur, d):
                     continue
-                # d stretches when it is 1 at run time (`x[..., -1:]` of a data-dependent x): assert only
-                # what eager needs for the result to be `cur`
-                assert_at_runtime((d == 1) | (d == cur), f"size {d} must broadcast to {cur}")
+                # either stretches when it is 1 at run time (`x[..., -1:]` of a data-dependent x, or
+                # `v / v[1:]` of a unique() result of one element), else they are equal: assert only what
+                # eager needs, and the size is the one eager gives in each case (0 when either is 0)
+                assert_at_runtime((d == 1) | (cur == 1) | (d == cur), f"sizes {cur} and {d} must broadcast")
+                cur = sym_max(cur, d) * sym_min(cur, 1) * sym_min(d, 1)
         else:
             cur = 1
         out.append(cur)
