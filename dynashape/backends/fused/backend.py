@@ -19,7 +19,7 @@ import warnings
 import sympy
 import torch
 
-from ...ir.codegen import compile_graph, exec_source
+from ...ir.codegen import _call, _Emitter, compile_graph, exec_source
 from ...ir.graph import Graph, SymExpr, _nodes_in, map_args
 from ...ir.printing import format_node
 from ...ir.tree import compile_tree
@@ -158,13 +158,14 @@ class RegionRuntime:
         self.symbols = sorted(sym_set, key=lambda s: s.name)
         self.kernel = None
         self.wrapper = None
-        self._sym_code: dict = {}  # the replay's symbolic arguments, compiled once
+        self.torch_calls = None  # the region as torch calls (built with the kernel)
 
     def compile(self) -> None:
         n_ptr = self.spec.n_in + self.spec.n_out
         n_int = len(self.spec.symbols) + sum(self.spec.stride_dims)
         floats = tuple(i for i, s in enumerate(self.spec.symbols) if not s.is_integer)  # zf0: passed as a double
         self.kernel = build.load(self.spec.source, n_ptr, n_int, floats)
+        self.torch_calls = self._torch_calls()
         self.wrapper = self._wrapper()
 
     @property
@@ -178,20 +179,20 @@ class RegionRuntime:
         params = ", ".join(ins + syms)
         grad_ins = [a for a, t in zip(ins, r.inputs) if t.meta.dtype.is_floating_point]
         lines = [f"def {self.name}({params}):"]
-        symdict = "{" + ", ".join(f"{x!r}: {x}" for x in syms) + "}"
+        torch_calls = f"return _rt.torch_calls({params})"
         # the kernels read host memory: anything else (a tensor moved to a device) runs as torch calls
         lines.append(f"    if not ({' and '.join(f'{a}.is_cpu' for a in ins)}):")
-        lines.append(f"        return _fallback(_rt, ({', '.join(ins)},), {symdict})")
+        lines.append(f"        {torch_calls}")
         if self.layout_matters:  # a non-contiguous input: eager's outputs may be too, and a later view raise
             lines.append(f"    if not ({' and '.join(f'{a}.is_contiguous()' for a in ins)}):")
-            lines.append(f"        return _fallback(_rt, ({', '.join(ins)},), {symdict})")
+            lines.append(f"        {torch_calls}")
         if self.nonempty is not None:
             lines.append(f"    if ({pyexpr(self.nonempty)}) == 0:")
-            lines.append(f"        return _fallback(_rt, ({', '.join(ins)},), {symdict})")
+            lines.append(f"        {torch_calls}")
         if grad_ins:  # autograd records eager's own calls: a kernel would be recomputed for the backward
             cond = " or ".join(f"{a}.requires_grad" for a in grad_ins)
             lines.append(f"    if _grad_on() and ({cond}):")
-            lines.append(f"        return _fallback(_rt, ({', '.join(ins)},), {symdict})")
+            lines.append(f"        {torch_calls}")
         outs = []
         epilogue = []
         for j, o in enumerate(r.outputs):
@@ -205,7 +206,7 @@ class RegionRuntime:
                     epilogue.append(f"    out{j} = out{j}.sum() / (a1 != {ii}).sum()")
                 # NaN: a NaN logit, or a target out of range: let torch give its result or its error
                 epilogue.append(f"    if out{j}.isnan().any():")
-                epilogue.append(f"        return _fallback(_rt, ({', '.join(ins)},), {symdict})")
+                epilogue.append(f"        {torch_calls}")
             shape = ", ".join(pyexpr(s) if not isinstance(s, int) else str(s) for s in dims)
             shape = f"({shape},)" if len(dims) == 1 else f"({shape})"
             lines.append(f"    out{j} = _empty({shape}, dtype={o.meta.dtype})")
@@ -219,36 +220,30 @@ class RegionRuntime:
             lines[-1] = f"    return ({', '.join(outs)})"
         src = "\n".join(lines) + "\n"
         ns = {"torch": torch, "_empty": torch.empty, "_kernel": self.kernel, "_nthreads": torch.get_num_threads,
-              "_grad_on": torch.is_grad_enabled, "_rt": self,
-              "_fallback": _fallback}
+              "_grad_on": torch.is_grad_enabled, "_rt": self}
         exec_source(src, "fused-region", ns)
         fn = ns[self.name]
         fn.source = src
         fn._codegen_name = self.name
         return fn
 
-    def replay(self, tensors, symvals: dict):
-        """The region's torch calls, interpreted: under autograd (eager's graph and gradients), on a device,
-        and where eager raises or the kernel cannot give eager's result."""
-        env = dict(zip(self.region.inputs, tensors))
-        code = self._sym_code
-
-        def arg(a):
-            if isinstance(a, SymExpr):
-                c = code.get(a.expr)
-                if c is None:
-                    c = code[a.expr] = compile(pyexpr(a.expr), "<fused-region>", "eval")
-                return a.pytype(eval(c, {}, symvals))  # noqa: S307 - our own printed formula
-            return env[a]
-
-        for n in self.region.nodes:
-            env[n] = n.target(*map_args(n.args, arg), **map_args(n.kwargs, arg))
-        return tuple(env[o] for o in self.region.outputs)
-
-
-def _fallback(rt, tensors, symvals):
-    outs = rt.replay(list(tensors), symvals)
-    return outs if len(outs) > 1 else outs[0]
+    def _torch_calls(self):
+        """The region's torch calls as a function of the wrapper's arguments: what runs under autograd
+        (eager's graph and gradients), on a device, and where eager raises or the kernel cannot give
+        eager's result."""
+        r = self.region
+        em = _Emitter(Graph())
+        ins = [f"_in{i}" for i in range(len(r.inputs))]
+        lines = [f"def {self.name}_torch({', '.join(ins + [s.name for s in self.symbols])}):"]
+        lines += [f"    {t.name} = {a}" for t, a in zip(r.inputs, ins)]
+        lines += ["    " + _call(em, n) for n in r.nodes]
+        outs = ", ".join(o.name for o in r.outputs)
+        lines.append(f"    return ({outs},)" if len(r.outputs) > 1 else f"    return {outs}")
+        src = "\n".join(lines) + "\n"
+        exec_source(src, "fused-region-torch", em.ns)
+        fn = em.ns[f"{self.name}_torch"]
+        fn.source = src
+        return fn
 
 
 def _layout_matters(graphs) -> bool:
