@@ -50,8 +50,9 @@ float log2f(float) noexcept DS_SIMD; double log2(double) noexcept DS_SIMD;
 float powf(float, float) noexcept DS_SIMD; double pow(double, double) noexcept DS_SIMD;
 }
 #endif
-static inline int64_t ds_floordiv(int64_t a, int64_t b) { int64_t q = a / b; return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q; }
-static inline int64_t ds_mod(int64_t a, int64_t b) { int64_t r = a % b; return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }
+// b == 0 only where a size is 0 at run time, so no element is computed: 0 rather than a trap
+static inline int64_t ds_floordiv(int64_t a, int64_t b) { if (b == 0) return 0; int64_t q = a / b; return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q; }
+static inline int64_t ds_mod(int64_t a, int64_t b) { if (b == 0) return 0; int64_t r = a % b; return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }
 static inline float ds_h2f(uint16_t h) { _Float16 v; std::memcpy(&v, &h, 2); return (float)v; }
 static inline uint16_t ds_f2h(float f) { _Float16 v = (_Float16)f; uint16_t h; std::memcpy(&h, &v, 2); return h; }
 static inline float ds_bf2f(uint16_t h) { uint32_t u = (uint32_t)h << 16; float f; std::memcpy(&f, &u, 4); return f; }

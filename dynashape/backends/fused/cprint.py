@@ -41,6 +41,9 @@ def cexpr(e) -> str:
         return f"ds_floordiv({cexpr(e.args[0])}, {cexpr(e.args[1])})"
     if isinstance(e, Mod):
         return f"ds_mod({cexpr(e.args[0])}, {cexpr(e.args[1])})"
+    if isinstance(e, sympy.Abs):
+        x = cexpr(e.args[0])
+        return f"({x} < 0 ? -{x} : {x})"
     if isinstance(e, sympy.Max):
         return _fold("std::max<int64_t>", e.args)
     if isinstance(e, sympy.Min):

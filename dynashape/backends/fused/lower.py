@@ -386,7 +386,7 @@ def _reshape_index(src: tuple, out: tuple, idx: tuple) -> tuple:
     flat = sum((i * st for i, st in zip(idx, _c_strides(out))), sympy.Integer(0))
     res = []
     for d, (s, st) in enumerate(zip(src, _c_strides(src))):
-        if isinstance(s, int) and s == 1:
+        if (isinstance(s, int) and s == 1) or st == 0 or s == 0:  # size 1, or an empty tensor (no element)
             res.append(sympy.Integer(0))
             continue
         q = FloorDiv(flat, st) if st != 1 else flat

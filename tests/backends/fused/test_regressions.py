@@ -159,3 +159,36 @@ def test_amax_over_a_dim_that_is_always_empty_raises_as_eager_does():
 
     cf = ds.compile(f, backend="fused")
     _same_outcome(f, cf, (torch.randn(0), torch.randn(0)))
+
+
+def test_sizes_with_abs_and_reshapes_of_empty_tensors_fuse_without_falling_back():
+    # fuzz (fused, seed 81231123): `abs(n - x.size(0))` in a size reached the C printer, and a
+    # reshape of a tensor with a 0 dim divided by a 0 stride while lowering: both left the
+    # region as torch calls with a warning
+    def padded(x, n):
+        y = F.pad(x, (0, abs(n - x.size(0))))
+        return (y * 2).relu() + 1
+
+    def empty_reshape(x):
+        return ((x * 2).reshape(0, 3) + 1).exp()
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        cf = ds.compile(padded, dynamic=True, backend="fused")
+        for a, b, n in [(3, 4, 1), (5, 2, 9), (2, 2, 2), (4, 3, 0)]:
+            x = torch.randn(a, b)
+            torch.testing.assert_close(cf(x, n), padded(x, n))
+        assert cf.entries[0].fn.fused
+        cf = ds.compile(empty_reshape, dynamic=False, backend="fused")
+        x = torch.randn(3, 0)
+        torch.testing.assert_close(cf(x), empty_reshape(x))
+
+
+def test_the_index_of_a_reshape_of_an_empty_tensor_divides_by_no_zero_stride():
+    # fuzz (fused, seed 81231123): a 0 size made a row-major stride 0 and lowering raised
+    # ZeroDivisionError (the region fell back); an empty tensor has no element to index
+    import sympy
+    from dynashape.backends.fused.lower import _reshape_index
+    i0, i1 = sympy.symbols("i0 i1", integer=True)
+    assert _reshape_index((2, 0, 3), (0, 6), (i0, i1))[:2] == (0, 0)
+    assert _reshape_index((3, 0), (0, 3), (i0, i1)) == (0, 0)
