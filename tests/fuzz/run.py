@@ -184,11 +184,43 @@ def check_mode(fn, prog: Program, calls: list, eager: list, mode) -> Failure | N
         if leak:
             return Failure("leak", mode, i, leak)
         d = difference(want, got)
+        if d is not None and ": values differ:" in d and _rounding_explains(fn, prog, c, want, got):
+            d = None
         if d is None:
             d = difference(wargs, args, "inputs")
         if d:
             return Failure("wrong", mode, i, d)
     return None
+
+
+def _rounding_explains(fn, prog: Program, call, want, got) -> bool:
+    """Whether float rounding explains values that differ from eager's: run the program in float64
+    and accept when, element by element, the compiled result is as near that as eager's (4x eager's
+    own error, plus the usual tolerance). A sum of layer-normalised values is ~0 from cancellation:
+    a kernel summing in another order lands 1e-5 from eager and nearer the exact result. A wrong
+    index or a wrong size is off by far more than eager's rounding."""
+    args = [a.double() if isinstance(a, torch.Tensor) and a.dtype == torch.float32 else a
+            for a in make_inputs(prog.inputs, call)]
+    ref, err = _run(fn, args)
+    if err is not None:
+        return False
+
+    def near(w, g, r) -> bool:
+        if isinstance(w, torch.Tensor):
+            if not (isinstance(r, torch.Tensor) and r.shape == w.shape == g.shape):
+                return False
+            if not w.dtype.is_floating_point:
+                return torch.equal(w, g)
+            r, w, g = r.double(), w.double(), g.double()
+            ok = (g - r).abs() <= 4 * (w - r).abs() + 1e-5 + 1e-4 * r.abs()
+            return bool((ok | (g.isnan() & w.isnan()) | (g == w)).all())
+        if isinstance(w, (list, tuple)):
+            return isinstance(r, (list, tuple)) and len(r) == len(w) and all(map(near, w, g, r))
+        if isinstance(w, dict):
+            return isinstance(r, dict) and all(near(w[k], g[k], r.get(k)) for k in w)
+        return True  # not a tensor: `difference` compared it exactly already
+
+    return near(want, got, ref)
 
 
 def check_program(prog: Program, calls: list, modes=MODES, stats=None) -> list:

@@ -11,7 +11,7 @@ import torch
 from dynashape.symbolic import LocalSource, ShapeEnv
 from tests.fuzz import run as fuzz_run
 from tests.fuzz.driver import fuzz, key_of
-from tests.fuzz.gen import REF_SIZES, Call, generate, make_inputs
+from tests.fuzz.gen import REF_SIZES, Call, Input, Program, Stmt, generate, make_inputs
 from tests.fuzz.reduce import reduce, script
 from tests.fuzz.run import check_program, difference, leaks, load, random_calls
 
@@ -100,6 +100,38 @@ def test_a_wrong_compiler_is_caught_and_reduced_to_a_short_standalone_script(mon
     path = tmp_path / "repro.py"
     path.write_text(script(r))
     compile(path.read_text(), str(path), "exec")  # a valid standalone script
+
+
+class _ExactCompile:
+    """A stand-in compiler that computes in float64 (rounded once at the end), plus `error`."""
+
+    def __init__(self, error):
+        self.error = error
+
+    def __call__(self, fn, dynamic=None):
+        def run(*args):
+            out = fn(*[a.double() if isinstance(a, torch.Tensor) and a.is_floating_point() else a for a in args])
+            return tuple(o.float() + self.error for o in out)
+        return run
+
+
+def _cancelling_sum() -> tuple:
+    # fuzz (fused, seed 13231123): an output that is ~0 by cancellation; the kernel summed in another
+    # order and landed 1.2e-5 from eager (over atol), but nearer the float64 result than eager
+    prog = Program([Input("x", "float", ("A", "D"))],
+                   [Stmt(["v0 = x * 1000 + 3"], "v0")], ["(v0 - v0.mean(-1, keepdim=True)).sum(-1)"])
+    return prog, [Call({"A": 4, "D": 300}, 0, 3)]
+
+
+@pytest.mark.parametrize("error, caught", [(0.0, False), (1e-2, True)])
+def test_rounding_in_a_cancelling_sum_is_not_a_failure_and_a_real_error_is(monkeypatch, error, caught):
+    prog, calls = _cancelling_sum()
+    fn = load(prog)
+    eager, exact = fn(*make_inputs(prog.inputs, calls[0])), _ExactCompile(0.0)(fn)(*make_inputs(prog.inputs, calls[0]))
+    assert difference(eager, exact) is not None  # the exact answer is over the tolerance from eager's
+    monkeypatch.setattr(fuzz_run.ds, "compile", _ExactCompile(error))
+    fails = check_program(prog, calls, modes=(True,))
+    assert bool(fails) is caught, [f.headline() for f in fails]
 
 
 class _SlowCompile:
