@@ -110,7 +110,11 @@ class _ExactCompile:
 
     def __call__(self, fn, dynamic=None):
         def run(*args):
-            out = fn(*[a.double() if isinstance(a, torch.Tensor) and a.is_floating_point() else a for a in args])
+            torch.set_default_dtype(torch.float64)
+            try:
+                out = fn(*[a.double() if isinstance(a, torch.Tensor) and a.is_floating_point() else a for a in args])
+            finally:
+                torch.set_default_dtype(torch.float32)
             return tuple(o.float() + self.error for o in out)
         return run
 
@@ -119,7 +123,8 @@ def _cancelling_sum() -> tuple:
     # fuzz (fused, seed 13231123): an output that is ~0 by cancellation; the kernel summed in another
     # order and landed 1.2e-5 from eager (over atol), but nearer the float64 result than eager
     prog = Program([Input("x", "float", ("A", "D"))],
-                   [Stmt(["v0 = x * 1000 + 3"], "v0")], ["(v0 - v0.mean(-1, keepdim=True)).sum(-1)"])
+                   [Stmt(["v0 = x @ torch.eye(x.size(-1)) * 1000 + 3"], "v0")],  # a float32 factory too
+                   ["(v0 - v0.mean(-1, keepdim=True)).sum(-1)"])
     return prog, [Call({"A": 4, "D": 300}, 0, 3)]
 
 

@@ -306,7 +306,8 @@ class Lowerer:
         ir = self.ir
         d = ir.op("sub", (a, self.mean(a, dt)), dt)
         ss = ir.reduce("sum", ir.op("mul", (d, d), dt), dt)
-        return ir.op("div", (ss, ir.sym(self.count() - corr, dt)), dt)
+        # torch divides by max(0, n - correction): an empty row gives 0/0, NaN (not 0/-1)
+        return ir.op("div", (ss, ir.sym(sympy.Max(0, self.count() - corr), dt)), dt)
 
     def _xent(self, n, idx):
         """The loss of row idx[0] (the wrapper sums or averages the rows)."""

@@ -192,3 +192,18 @@ def test_the_index_of_a_reshape_of_an_empty_tensor_divides_by_no_zero_stride():
     i0, i1 = sympy.symbols("i0 i1", integer=True)
     assert _reshape_index((2, 0, 3), (0, 6), (i0, i1))[:2] == (0, 0)
     assert _reshape_index((3, 0), (0, 3), (i0, i1)) == (0, 0)
+
+
+@pytest.mark.filterwarnings("ignore:.*degrees of freedom")  # eager's own warning for these rows
+@pytest.mark.parametrize("dynamic", [None, True])
+def test_var_and_std_of_an_empty_row_are_nan_as_in_eager(dynamic):
+    # fuzz (fused, seed 13231123): n - correction = -1 gave 0 / -1 = -0; torch divides by max(0, n - c)
+    def f(x):
+        s = x.std(-1, keepdim=True)
+        return s, x * s + x.var(-1, keepdim=True, correction=0)
+
+    cf = ds.compile(f, dynamic=dynamic, backend="fused")
+    for shape in [(1, 0), (3, 0), (2, 1), (4, 5), (2, 0)]:
+        x = torch.randn(shape)
+        torch.testing.assert_close(cf(x), f(x), equal_nan=True)
+    assert any(getattr(e.fn, "fused", False) for e in cf.entries)
