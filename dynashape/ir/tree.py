@@ -43,7 +43,7 @@ class _Stmt:
     pre: str = ""  # a line before it (a grad-mode switch)
 
 
-def _is_guard(n: Node) -> bool:
+def is_data_guard(n: Node) -> bool:
     return n.kind == "call" and getattr(n.target, "_codegen_name", None) == "ds_data_guard"
 
 
@@ -61,7 +61,7 @@ def _code_statements(g: Graph, k: int, em: _Emitter, used_symbols) -> list[_Stmt
             if n.grad_enabled is not grad and (grad is not None or not n.grad_enabled):
                 pre = f"torch._C._set_grad_enabled({n.grad_enabled})"
             grad = n.grad_enabled
-            if _is_guard(n):
+            if is_data_guard(n):
                 cond, expected, text = n.args
                 code = f"bool({cond.name})" if isinstance(cond, Node) else em.arg(cond)
                 out.append(_Stmt(code, None, uses, (expected, text, n.location), pre=pre))
@@ -76,7 +76,7 @@ def _ir_statements(g: Graph, k: int) -> list[_Stmt]:
     bounds = getattr(g, "symbol_bounds", None)
     out: list[_Stmt] = []
     for n in g.nodes:
-        if _is_guard(n):
+        if is_data_guard(n):
             cond, expected, text = n.args
             out.append(_Stmt(format_arg(cond), None, (), (expected, text, n.location)))
         elif n.kind == "output":
@@ -190,7 +190,7 @@ class TreeGraph:
                                                  code=False))
 
     def data_guards(self) -> int:
-        return sum(1 for p in self.paths for n in p.nodes if _is_guard(n))
+        return sum(1 for p in self.paths for n in p.nodes if is_data_guard(n))
 
 
 def generate_tree(paths: list[Graph], side_exit, name: str = "forward") -> tuple[str, dict]:
@@ -215,4 +215,4 @@ def compile_tree(paths: list[Graph], side_exit, name: str = "forward"):
     return fn
 
 
-__all__ = ["CannotMerge", "TreeGraph", "compile_tree", "generate_tree", "SymExpr"]
+__all__ = ["CannotMerge", "TreeGraph", "compile_tree", "generate_tree", "is_data_guard", "SymExpr"]

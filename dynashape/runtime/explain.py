@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import sympy
 
+from ..ir.tree import is_data_guard
+
 
 def explain(cf, print_report: bool = True) -> str:
     """Each entry's graph, guards, which sources are dynamic and why, the specializations
@@ -61,7 +63,7 @@ def _data_guards(tree) -> list[str]:
     seen: dict = {}
     for g in tree.paths:
         for n in g.nodes:
-            if n.kind == "call" and getattr(n.target, "_codegen_name", None) == "ds_data_guard":
+            if is_data_guard(n):
                 text = n.args[2].split(" was {actual}")[0]
                 seen.setdefault((text, str(n.location)), None)
     return [f"{t} at {loc}" if " at " not in t else t for t, loc in seen]

@@ -7,7 +7,7 @@ and adds the new path to the tree (`Tree.add`), up to `config.speculation_paths`
 """
 from __future__ import annotations
 
-from ..ir.tree import CannotMerge, TreeGraph, compile_tree
+from ..ir.tree import CannotMerge, TreeGraph, compile_tree, is_data_guard
 from ..tracing.speculate import SideExit
 
 
@@ -39,7 +39,7 @@ class Tree:
         for g in self.paths:
             seen: dict = {}
             for n in g.nodes:
-                if n.kind == "call" and getattr(n.target, "_codegen_name", None) == "ds_data_guard" and n.location:
+                if is_data_guard(n) and n.location:
                     key = (n.location.filename, n.location.lineno)
                     if key in seen:
                         return (f"data-dependent loop at {n.location}: {len(self.paths)} trip counts seen "

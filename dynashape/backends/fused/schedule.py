@@ -22,6 +22,7 @@ from __future__ import annotations
 import sympy
 
 from ...ir.graph import Graph, Node
+from ...ir.tree import is_data_guard
 from . import ops
 from .lower import Region
 
@@ -31,7 +32,7 @@ def _is_barrier(n: Node) -> bool:
     statements the paths share fuse the same way on every path."""
     if n.kind != "call":
         return False
-    if getattr(n.target, "_codegen_name", None) == "ds_data_guard":
+    if is_data_guard(n):
         return True
     name = getattr(n.target, "__name__", "") or ""
     if name.endswith("_") and not name.startswith("__"):

@@ -5,6 +5,7 @@ import torch
 import torch.nn.functional as F
 
 import dynashape as ds
+from dynashape.ir.tree import is_data_guard
 from .oracle import check_fused
 
 
@@ -62,7 +63,7 @@ def test_a_region_never_spans_a_data_guard():
     for rt in cf.entries[0].fn.regions:
         g = next(p for p in paths if rt.region.nodes[0] in p.nodes)
         pos = {n: i for i, n in enumerate(g.nodes)}
-        guard = next(pos[n] for n in g.nodes if getattr(n.target, "_codegen_name", None) == "ds_data_guard")
+        guard = next(pos[n] for n in g.nodes if is_data_guard(n))
         sides = {pos[n] < guard for n in rt.region.nodes}
         assert len(sides) == 1, [n.name for n in rt.region.nodes]
     assert len(cf.entries[0].fn.regions) == 3  # x * w + 1 before; one region after, on each path
