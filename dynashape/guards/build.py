@@ -136,6 +136,7 @@ def build_guards(tracer, env, *, globals_=None, closure=None, modules=(), grad_e
         readable.append(_tensor_text(t, tracer.strides_observed, tracer.offsets_observed))
 
     alias_extra = _aliasing_guards(tracer, local_of, lines, readable, ns)
+    alias_extra += _input_fact_guards(tracer, lines, readable, const)
     if pinned:
         ns["_pinned"] = tuple(p for p, _ in pinned)
         ns["_pinned_state"] = [st for _, st in pinned]
@@ -166,6 +167,12 @@ def build_guards(tracer, env, *, globals_=None, closure=None, modules=(), grad_e
 
     extra = alias_extra
     lines.append(f"if torch.is_grad_enabled() is not {grad_enabled}: return False")
+    inference = torch.is_inference_mode_enabled()
+    if not grad_enabled:  # inference mode turns grad off: with grad on, the line above rules it out
+        lines.append(f"if torch.is_inference_mode_enabled() is not {inference}: return False")
+        extra.append((f"torch.is_inference_mode_enabled() is {inference}",
+                      f"inference mode is {'on' if inference else 'off'}", None))
+        readable.append(f"torch.is_inference_mode_enabled() == {inference}")
     # the default dtype decides factories' and Python scalars' dtypes, read or not
     flags = {"torch.get_default_dtype()": (torch.get_default_dtype, torch.get_default_dtype())}
     flags.update(tracer.flag_reads)
@@ -207,6 +214,27 @@ def build_guards(tracer, env, *, globals_=None, closure=None, modules=(), grad_e
         readable += state_guard.listed
     return GuardSet(ns["guard"], src, readable, list(tracer.tensor_inputs), list(tracer.value_inputs),
                     shape_guards, ns, extra, state_guard)
+
+
+_METHOD_FACTS = {"_is_view", "is_inference", "is_conj", "is_neg", "is_pinned", "is_shared"}
+
+
+def _input_fact_guards(tracer, lines, readable, const) -> list:
+    """What the trace read of the caller's tensors beyond dtype and shape (`x.is_leaf`,
+    `x._is_view()`): the same value at every call."""
+    extra = []
+    for (src, attr), value in getattr(tracer, "input_facts", {}).items():
+        read = f"{src.code()}.{attr}{'()' if attr in _METHOD_FACTS else ''}"
+        if value is None or isinstance(value, bool):
+            cond = f"{read} is {value}"
+        else:
+            cond = f"{read} == {const(value, 'fact')}"
+        lines.append(f"if not ({cond}): return False")
+        text = f"{src.name()}.{attr}{'()' if attr in _METHOD_FACTS else ''} == {value!r}"
+        readable.append(text)
+        extra.append((cond, f"{text} (read by the function while tracing)",
+                      (f"{src.pretty()}.{attr}", read)))
+    return extra
 
 
 def _aliasing_guards(tracer, local_of, lines, readable, ns) -> list:

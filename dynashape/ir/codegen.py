@@ -13,6 +13,7 @@ with `linecache` so tracebacks show it; values are freed after their last use.
 from __future__ import annotations
 
 import builtins
+import dis
 import itertools
 import linecache
 import math
@@ -23,6 +24,7 @@ import torch
 from ..symbolic.printer import pyexpr
 from ..tracing.names import target_name
 from .graph import Graph, Node, SymExpr, _nodes_in, map_args
+from .modes import exit_modes, switch_modes
 
 _counter = itertools.count()
 _SIMPLE = (int, float, bool, str, type(None))
@@ -132,8 +134,7 @@ def generate(g: Graph, name: str = "forward") -> tuple[str, dict]:
         if u not in outputs:
             dies_at.setdefault(j, []).append(u.name)
     lines = [f"def {name}(L):"]
-    grad = None
-    switched = False
+    switches = ModeSwitches(g, em)
     body: list[str] = []
     for i, n in enumerate(g.nodes):
         if n.kind in ("input", "const", "symbol"):
@@ -142,14 +143,9 @@ def generate(g: Graph, name: str = "forward") -> tuple[str, dict]:
                 continue
             body.append(stmt)
         elif n.kind == "call":
-            if n.grad_enabled is not grad and (grad is not None or not n.grad_enabled):
-                body.append(f"torch._C._set_grad_enabled({n.grad_enabled})")
-                switched = True
-            grad = n.grad_enabled
+            body += switches.before(n)
             body.append(node_statement(em, n, used_symbols))
         elif n.kind == "output":
-            if switched:
-                body.append("torch._C._set_grad_enabled(_grad0)")
             body.append(f"return {em.arg(n.args[0])}")
             continue
         dead = list(dies_at.get(i, ()))
@@ -157,11 +153,54 @@ def generate(g: Graph, name: str = "forward") -> tuple[str, dict]:
             dead.append(n.name)
         if dead:
             body.append(f"del {', '.join(sorted(set(dead)))}")
-    if switched:
-        body.insert(0, "_grad0 = torch.is_grad_enabled()")
-        body = ["try:"] + ["    " + b for b in body] + ["finally:", "    torch._C._set_grad_enabled(_grad0)"]
+    body = switches.wrap(body)
     lines += ["    " + b for b in body]
     return "\n".join(lines) + "\n", em.ns
+
+
+_UNKNOWN = object()  # the grad mode after a mode switch (leaving inference mode restores its own)
+
+
+def _inference(modes) -> bool:
+    return modes is not None and modes[0]
+
+
+class ModeSwitches:
+    """The lines that put each call under the grad mode, inference mode and autocast it was traced
+    under, starting from the modes the code is entered with (`Graph.entry_grad`/`entry_modes`, which
+    the guards check), and the `try`/`finally` that gives the caller its own back."""
+
+    def __init__(self, g: Graph, em: "_Emitter"):
+        self.em = em
+        self.grad = g.entry_grad  # None: assumed on (an exported program runs under the caller's mode)
+        self.modes = g.entry_modes
+        self.grad_switched = self.mode_switched = False
+
+    def before(self, n: Node) -> list[str]:
+        out = []
+        if n.modes != self.modes:
+            self.em.ns["_switch_modes"], self.em.ns["_exit_modes"] = switch_modes, exit_modes
+            out.append(f"_modes = _switch_modes(_modes, {self.em.arg(n.modes)})")
+            if _inference(n.modes) != _inference(self.modes):  # leaving it restores its own grad mode
+                self.grad = _UNKNOWN
+            self.modes, self.mode_switched = n.modes, True
+        if n.grad_enabled is not self.grad and (self.grad is not None or not n.grad_enabled):
+            out.append(f"torch._C._set_grad_enabled({n.grad_enabled})")
+            self.grad_switched = True
+        self.grad = n.grad_enabled
+        return out
+
+    def wrap(self, body: list[str]) -> list[str]:
+        if not (self.grad_switched or self.mode_switched):
+            return body
+        head, tail = [], []
+        if self.mode_switched:
+            head.append("_modes = None")
+            tail.append("    _exit_modes(_modes)")
+        if self.grad_switched or self.mode_switched:
+            head.insert(0, "_grad0 = torch.is_grad_enabled()")
+            tail.append("    torch._C._set_grad_enabled(_grad0)")
+        return head + ["try:"] + ["    " + b for b in body] + ["finally:"] + tail
 
 
 def node_statement(em: _Emitter, n: Node, used_symbols) -> str | None:
@@ -225,7 +264,34 @@ def exec_source(src: str, kind: str, ns: dict) -> None:
         if len(_code_cache) > 1024:
             _code_cache.clear()
         _code_cache[src] = code
+    check_names(code, ns, src)
     exec(code, ns)
+
+
+class UndefinedNameError(NameError):
+    """Generated code reads a name that neither it nor its namespace defines (a code generator bug,
+    caught before the code runs)."""
+
+
+_GLOBAL_LOADS = {"LOAD_GLOBAL", "LOAD_NAME"}
+_GLOBAL_STORES = {"STORE_NAME", "STORE_GLOBAL"}
+
+
+def check_names(code, ns: dict, src: str = "") -> None:
+    """Every global name the code reads is defined by its namespace, by builtins, or by the code."""
+    loads, stores = set(), set()
+    todo = [code]
+    while todo:
+        c = todo.pop()
+        for ins in dis.get_instructions(c):
+            if ins.opname in _GLOBAL_LOADS:
+                loads.add(ins.argval)
+            elif ins.opname in _GLOBAL_STORES:
+                stores.add(ins.argval)
+        todo += [k for k in c.co_consts if isinstance(k, types.CodeType)]
+    missing = sorted(n for n in loads - stores if n not in ns and not hasattr(builtins, n))
+    if missing:
+        raise UndefinedNameError(f"generated code uses {', '.join(missing)}, which it does not define:\n{src}")
 
 
 def compile_graph(g: Graph, name: str = "forward"):
@@ -237,4 +303,4 @@ def compile_graph(g: Graph, name: str = "forward"):
     return fn
 
 
-__all__ = ["generate", "compile_graph", "map_args"]
+__all__ = ["UndefinedNameError", "check_names", "compile_graph", "exec_source", "generate", "map_args"]

@@ -63,6 +63,9 @@ _DTYPE_ABBR = {
 }
 
 
+_NOW = object()  # Graph.add's `modes` default: the modes in force now (Graph.modes_now)
+
+
 @dataclass(eq=False)
 class Node:
     kind: str
@@ -74,6 +77,7 @@ class Node:
     location: Location | None = None
     users: list["Node"] = field(default_factory=list)
     grad_enabled: bool = True  # the grad mode the call ran under
+    modes: Any = None  # (inference mode, autocast state) the call ran under; None: both off (ir/modes.py)
 
     def __repr__(self) -> str:
         return f"%{self.name}"
@@ -89,6 +93,9 @@ class Graph:
         self._names: dict[str, int] = {}
         self._taken: set[str] = set()
         self.namespace: dict = {}  # names the sources of inputs read besides L: G (globals), C (closure)
+        self.entry_grad: bool | None = None  # grad mode the code is entered with (guarded); None: assume on
+        self.entry_modes = None  # inference mode and autocast it is entered with (guarded); None: both off
+        self.modes_now = None  # () -> the modes a new call runs under (set while tracing)
 
     # ----------------------------------------------------------- building
     def _fresh(self, hint: str) -> str:
@@ -105,10 +112,12 @@ class Graph:
         return name
 
     def add(self, kind: str, name_hint: str, target=None, args=(), kwargs=None, meta=None,
-            location=None, grad_enabled=True) -> Node:
+            location=None, grad_enabled=True, modes=_NOW) -> Node:
         assert kind in KINDS, kind
+        if modes is _NOW:
+            modes = self.modes_now() if kind == "call" and self.modes_now is not None else None
         node = Node(kind, self._fresh(name_hint), target, tuple(args), dict(kwargs or {}), meta,
-                    location, [], grad_enabled)
+                    location, [], grad_enabled, modes)
         for used in _nodes_in((node.args, node.kwargs)):
             used.users.append(node)
         self.nodes.append(node)
@@ -127,9 +136,9 @@ class Graph:
         return self.add("const", name_hint, value, meta=meta)
 
     def call(self, target: Callable, args, kwargs, meta, location=None, grad_enabled=True,
-             name_hint: str | None = None) -> Node:
+             name_hint: str | None = None, modes=_NOW) -> Node:
         return self.add("call", name_hint or target_name(target).split(".")[-1], target, args, kwargs,
-                        meta, location, grad_enabled)
+                        meta, location, grad_enabled, modes)
 
     def output(self, value) -> Node:
         return self.add("output", "output", None, (value,))

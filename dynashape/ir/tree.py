@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .codegen import _Emitter, exec_source, node_statement
+from .codegen import ModeSwitches, _Emitter, exec_source, node_statement
 from .graph import Graph, Node, SymExpr, _nodes_in
 from .printing import format_arg, format_node
 
@@ -47,9 +47,8 @@ def is_data_guard(n: Node) -> bool:
     return n.kind == "call" and getattr(n.target, "_codegen_name", None) == "ds_data_guard"
 
 
-def _code_statements(g: Graph, k: int, em: _Emitter, used_symbols) -> list[_Stmt]:
+def _code_statements(g: Graph, k: int, em: _Emitter, used_symbols, switches: ModeSwitches) -> list[_Stmt]:
     out: list[_Stmt] = []
-    grad = None
     for n in g.nodes:
         uses = tuple(u.name for u in _nodes_in((n.args, n.kwargs)))
         if n.kind in ("input", "const", "symbol"):
@@ -57,10 +56,7 @@ def _code_statements(g: Graph, k: int, em: _Emitter, used_symbols) -> list[_Stmt
             if t is not None:  # a symbol is an int read through expressions: never freed
                 out.append(_Stmt(t, None if n.kind == "symbol" else n.name, uses))
         elif n.kind == "call":
-            pre = ""
-            if n.grad_enabled is not grad and (grad is not None or not n.grad_enabled):
-                pre = f"torch._C._set_grad_enabled({n.grad_enabled})"
-            grad = n.grad_enabled
+            pre = "; ".join(switches.before(n))
             if is_data_guard(n):
                 cond, expected, text = n.args
                 code = f"bool({cond.name})" if isinstance(cond, Node) else em.arg(cond)
@@ -113,9 +109,9 @@ def _merge(paths: list[list[_Stmt]], *, code: bool) -> list[str]:
             h0 = heads[0]
             if any(h is None for h in heads):
                 raise CannotMerge("a path ended early")
+            if code and any(h.pre != h0.pre for h in heads):
+                raise CannotMerge("grad mode, inference mode or autocast differs")
             if h0.pre and code:
-                if any(h.pre != h0.pre for h in heads):
-                    raise CannotMerge("grad mode differs")
                 out.append(ind + h0.pre)
             if h0.guard is not None and all(h.guard is not None and h.text == h0.text for h in heads):
                 taken = [k for k, h in zip(group, heads) if h.guard[0]]
@@ -199,12 +195,15 @@ def generate_tree(paths: list[Graph], side_exit, name: str = "forward") -> tuple
     em.ns.update(paths[0].namespace)
     em.ns["_SideExit"] = side_exit
     used = set().union(*(g.free_symbols_used() for g in paths))
-    stmts = [_code_statements(g, k, em, used) for k, g in enumerate(paths)]
+    switches = [ModeSwitches(g, em) for g in paths]
+    stmts = [_code_statements(g, k, em, used, sw) for k, (g, sw) in enumerate(zip(paths, switches))]
     body = _merge(stmts, code=True)
-    if any(s.pre for p in stmts for s in p):
-        body = (["    _grad0 = torch.is_grad_enabled()", "    try:"] + ["    " + b for b in body]
-                + ["    finally:", "        torch._C._set_grad_enabled(_grad0)"])
-    return f"def {name}(L):\n" + "\n".join(body) + "\n", em.ns
+    wrapped = ModeSwitches(paths[0], em)
+    wrapped.grad_switched = any(sw.grad_switched for sw in switches)
+    wrapped.mode_switched = any(sw.mode_switched for sw in switches)
+    body = [b[4:] for b in body]  # _merge indents by one level
+    body = wrapped.wrap(body)
+    return f"def {name}(L):\n" + "\n".join("    " + b for b in body) + "\n", em.ns
 
 
 def compile_tree(paths: list[Graph], side_exit, name: str = "forward"):

@@ -31,6 +31,7 @@ from ..tracing.errors import GraphBreak, GraphBreakError
 from ..tracing import state as _tracing_state
 from ..tracing.inputs import ValueInput
 from ..tracing.tracer import Tracer
+from ..tracing.meta_cache import modes_now
 from .config import config
 from . import collectives as _collectives
 from . import pgo as _pgo
@@ -266,6 +267,7 @@ class CompiledFunction:
         tracer.object_input = lambda v, src: (state.root(v, src), v)[1]
         modules = self._prepare(tracer, L, state)
         grad = torch.is_grad_enabled()
+        graph.entry_grad, graph.entry_modes = grad, modes_now()  # guarded: the code starts from them
         unspec: set = set()
         try:
             fake = {}

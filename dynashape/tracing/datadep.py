@@ -17,6 +17,7 @@ from .errors import GraphBreak
 from .fake import FakeTensor
 from .meta.common import broadcast, norm_dim, prod
 from .symint import meta_value
+from .tree import leaves
 
 T = torch.Tensor
 NOT_MINE = object()  # a handler's answer when the call is not data-dependent after all
@@ -63,6 +64,7 @@ def _size_op(tr, func, args, kwargs, *, numel, desc, build):
                          f"is False)", user_location())
     u = tr.new_unbacked(size_like=True, lo=0, hi=_upper(tr, numel), description=desc)
     out, shapes = build(u)
+    out = with_history(func, args, kwargs, out)
     device = next((a.ds_device for a in args if isinstance(a, FakeTensor)), torch.device("cpu"))
     res = tr._record(func, args, kwargs, out, shapes, device)
     first = res[0] if isinstance(res, (tuple, list)) else res
@@ -71,6 +73,48 @@ def _size_op(tr, func, args, kwargs, *, numel, desc, build):
             tr.bind_unbacked(u, first.ds_node, "size", dim)
             break
     return res
+
+
+def with_history(func, args, kwargs, out):
+    """Data-dependent results as eager makes them: requiring grad where eager's do, with a grad_fn
+    (its name from running the op on empty tensors), a view where eager's is one. The meta outputs
+    were made from sizes alone (no meta kernel runs these ops)."""
+    grads = [a for a in leaves((args, kwargs)) if isinstance(a, FakeTensor) and a.requires_grad]
+    metas = [out] if isinstance(out, torch.Tensor) else list(out)
+    states = _eager_states(func, args, kwargs, len(metas))
+    fixed = []
+    for m, (rg, name, view) in zip(metas, states):
+        if view:  # torch.where(cond)'s tensors are views of one result
+            m = torch.empty_like(m).view(m.shape)
+        if rg and grads and torch.is_grad_enabled() and (m.dtype.is_floating_point or m.dtype.is_complex):
+            with torch.enable_grad():
+                m.copy_(grads[0].sum())  # a history of its own (not a leaf, not a view)
+            m.ds_grad_fn = name or ""
+        fixed.append(m)
+    return fixed[0] if isinstance(out, torch.Tensor) else type(out)(fixed)
+
+
+def _eager_states(func, args, kwargs, n: int) -> list:
+    """[(requires_grad, grad_fn name, is a view)] of the results of `func` run eagerly on empty
+    inputs of the same dtypes and requires_grad; failing that, what the usual rule says (a float
+    result of a call with an input that requires grad requires grad; its node's name is unknown)."""
+    def empty(x):
+        if isinstance(x, FakeTensor):
+            t = torch.zeros([0] * x.dim(), dtype=x.dtype)
+            return t.requires_grad_() if x.requires_grad else t
+        return meta_value(x) if isinstance(x, SymBase) else x
+    try:
+        with torch._C.DisableTorchFunction():
+            got = func(*[empty(a) for a in args], **{k: empty(v) for k, v in kwargs.items()})
+        outs = [got] if isinstance(got, torch.Tensor) else [t for t in got if isinstance(t, torch.Tensor)]
+        if len(outs) == n:
+            return [(o.requires_grad, type(o.grad_fn).__name__ if o.grad_fn is not None else None, o._is_view())
+                    for o in outs]
+    except Exception:  # noqa: BLE001  (empty inputs the op refuses: the rule below)
+        pass
+    rg = torch.is_grad_enabled() and any(isinstance(a, FakeTensor) and a.requires_grad
+                                         for a in leaves((args, kwargs)))
+    return [(rg and i == 0, None, False) for i in range(n)]
 
 
 def nonzero(tr, func, args, kwargs):
@@ -196,7 +240,7 @@ def bincount(tr, func, args, kwargs):
     minlength = 0 if minlength is None else minlength
     lo = _lower(tr, minlength)  # a symbolic minlength (`minlength=n.item()`) bounds u by its range
     u = tr.new_unbacked(size_like=True, lo=max(lo, 0), description=u_desc)
-    res = tr._record(func, args, kwargs, _meta([u], dtype), [(u,)], x.ds_device)
+    res = tr._record(func, args, kwargs, with_history(func, args, kwargs, _meta([u], dtype)), [(u,)], x.ds_device)
     tr.bind_unbacked(u, res.ds_node, "size", 0)
     if isinstance(minlength, SymBase):  # always true (the output has at least minlength bins)
         tr.runtime_assert(u >= minlength, f"bincount: the output has at least minlength = {tr.env.describe(minlength.node.expr)} bins")

@@ -22,6 +22,14 @@ class FakeTensor(torch.Tensor):
     #   ds_view:   (computed tensors) a view of another tensor: its strides follow its base's
     #   ds_may_alias: (computed tensors) False when it is fresh memory (no input's, at any call); inputs
     #              and tensors without the attribute may alias an input
+    #   ds_same_as: (computed tensors) the fake an op returned as it is on the example (`x.contiguous()`):
+    #              eager returns that very object there, so its autograd state is that fake's
+    #   ds_grad_fn: (computed tensors) eager's grad_fn name where the meta run cannot record it
+    #              (data-dependent ops)
+    #
+    # An op's own meta output becomes its fake (`make_fake` changes its class), so the autograd
+    # history torch recorded on meta (`grad_fn`, `is_leaf`, `_is_view`, `_base`, `_version`,
+    # `output_nr`) is eager's for the same sequence of ops.
 
     @staticmethod
     def __new__(cls, meta: torch.Tensor, *a, **k):
@@ -51,5 +59,12 @@ class FakeTensor(torch.Tensor):
 def make_fake(meta: torch.Tensor, sizes, node, device, tracer) -> FakeTensor:
     if meta.device.type != "meta":
         meta = meta.to("meta")
-    return FakeTensor(meta, sizes, node, device, tracer)
+    if type(meta) is torch.Tensor:  # an op's output: it becomes the fake, autograd history and all
+        meta.__class__ = FakeTensor
+        FakeTensor.__init__(meta, meta, sizes, node, device, tracer)
+        return meta
+    fake = FakeTensor(meta, sizes, node, device, tracer)
+    if isinstance(meta, FakeTensor):  # an op returned its input as it is (on this example)
+        fake.ds_same_as = getattr(meta, "ds_same_as", meta)
+    return fake
 

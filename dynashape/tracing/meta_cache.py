@@ -45,6 +45,18 @@ def autocast_state() -> tuple:
     return tuple((torch.is_autocast_enabled(d), torch.get_autocast_dtype(d)) for d in ("cpu", "cuda"))
 
 
+_AUTOCAST_OFF = tuple((False, torch.get_autocast_dtype(d)) for d in ("cpu", "cuda"))
+
+
+def modes_now():
+    """(inference mode, autocast state) ops run under now; None when both are off (the usual case).
+    Grad mode is recorded apart (each node's `grad_enabled`)."""
+    inference = torch.is_inference_mode_enabled()
+    if not inference and not torch._C._is_any_autocast_enabled():
+        return None
+    return (inference, autocast_state())
+
+
 def _cacheable_op(func) -> bool:
     name = getattr(func, "__name__", "")
     return not (name.endswith("_") and not name.endswith("__")) and not name.startswith("__i") \
@@ -52,13 +64,15 @@ def _cacheable_op(func) -> bool:
 
 
 def _spec(out, inputs):
-    """A recipe to rebuild `out`: tensors by metadata, returned inputs by position, plain values as is."""
+    """A recipe to rebuild `out`: tensors by metadata, returned inputs by position, plain values as is.
+    A view is never rebuilt: its `_base` and version counter are its input's."""
     if isinstance(out, torch.Tensor):
         for i, t in enumerate(inputs):
             if out is t:
                 return ("input", i)
-        return ("T", tuple(out.shape), tuple(out.stride()), out.storage_offset(), out.dtype, out.requires_grad,
-                out._is_view())
+        if out._is_view() or out.requires_grad:
+            return _UNCACHEABLE
+        return ("T", tuple(out.shape), tuple(out.stride()), out.dtype)
     if isinstance(out, _PLAIN):
         return ("V", out)
     if type(out) in (list, tuple):
@@ -74,28 +88,22 @@ def _build(spec, inputs):
     if kind == "V":
         return spec[1]
     if kind == "T":
-        _, shape, stride, offset, dtype, rg, view = spec
-        if offset or view:  # a view stays a view (the tracer reads that its layout follows a base)
-            need = offset + sum((s - 1) * st for s, st in zip(shape, stride) if s > 0) + 1
-            t = torch.empty(need, dtype=dtype, device="meta").as_strided(shape, stride, offset)
-        else:
-            t = torch.empty_strided(shape, stride, dtype=dtype, device="meta")
-        return t.requires_grad_(True) if rg else t
+        _, shape, stride, dtype = spec
+        return torch.empty_strided(shape, stride, dtype=dtype, device="meta")
     return kind(_build(s, inputs) for s in spec[1])
 
 
 def call(func, args, kwargs):
     """`func(*args, **kwargs)` on meta tensors, through the cache when that is exact."""
     if not _cacheable_op(func) or "out" in kwargs or kwargs.get("inplace") is True:
-        if torch.is_grad_enabled() and any(isinstance(a, torch.Tensor) and a.requires_grad
-                                           for a in leaves((args, kwargs))):
-            # an in-place op: our meta tensors have no autograd history (they are leaves), so
-            # autograd would refuse what eager allows on an intermediate; the meta run only needs shapes
-            with torch.no_grad():
-                return func(*args, **kwargs)
         return func(*args, **kwargs)
-    key = (func, torch.is_grad_enabled(), autocast_state(), _sig(args), _sig(tuple(sorted(kwargs.items()))))
-    if _UNCACHEABLE in key[3:]:
+    if torch.is_grad_enabled() and any(isinstance(a, torch.Tensor) and a.requires_grad
+                                       for a in leaves((args, kwargs))):
+        # autograd records this call: the output's history (grad_fn, is_leaf, views) must be its own
+        return func(*args, **kwargs)
+    key = (func, torch.is_grad_enabled(), torch.is_inference_mode_enabled(), autocast_state(), _sig(args),
+           _sig(tuple(sorted(kwargs.items()))))
+    if _UNCACHEABLE in key[4:]:
         return func(*args, **kwargs)
     try:
         spec = _cache.get(key)

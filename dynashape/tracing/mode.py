@@ -21,6 +21,7 @@ from .fake import FakeTensor
 from .meta import get_rule
 from .meta.common import contiguous_strides, norm_dim, prod
 from .symint import hint_of
+from . import tensor_attrs
 
 T = torch.Tensor
 
@@ -219,11 +220,11 @@ _META_QUERIES = {
     T.stride: _q_stride, T.is_contiguous: _q_is_contiguous, T.storage_offset: _q_storage_offset, T.requires_grad.__get__: _q_requires_grad,
     T.type: _q_type, torch.numel: _q_numel,
 }
-for _name in ("is_floating_point", "is_complex", "is_signed", "element_size", "is_inference", "is_conj",
-              "is_neg", "is_quantized"):
+for _name in ("is_floating_point", "is_complex", "is_signed", "element_size", "is_quantized"):
     for _owner in (T, torch):
         if hasattr(_owner, _name):
             _META_QUERIES[getattr(_owner, _name)] = _dtype_query(getattr(T, _name))
+_META_QUERIES.update(tensor_attrs.HANDLERS)  # autograd and view history, the caller's tensor's flags
 
 
 def symbolic_strides(t: FakeTensor) -> tuple:

@@ -21,7 +21,7 @@ from ..symbolic.sources import ItemSource, ModuleMemberSource, SizeSource, Sourc
 from ..symbolic.symtypes import SymBase
 from ..symbolic.userloc import user_location
 from .errors import GraphBreak
-from . import meta_cache
+from . import autocast, meta_cache
 from .fake import FakeTensor, make_fake
 from .inputs import TensorInput, ValueInput
 from .names import target_name
@@ -68,6 +68,7 @@ class Tracer:
         install(env)
         self.env = env
         self.graph = graph  # an ir.Graph (duck-typed: built through its methods)
+        graph.modes_now = meta_cache.modes_now  # each call records the inference mode and autocast it ran under
         self.policy = policy
         self.capture_scalar_outputs = capture_scalar_outputs  # item()/tolist() in the graph, else a break
         self.capture_dynamic_output_shape_ops = capture_dynamic_output_shape_ops  # nonzero & co, else a break
@@ -93,6 +94,8 @@ class Tracer:
         self.real = None  # speculate.RealValues when the trace may decide data-dependent branches
         self.data_guards: list = []  # (description, location) of each branch decided on data
         self.visible_effects: list[str] = []  # what a side exit could not undo (in-place on an input)
+        self._input_of: dict[int, tuple] = {}  # id(input fake) -> (source, real tensor)
+        self.input_facts: dict = {}  # (source, attribute) -> value read of the caller's tensor: guarded
 
     # ----------------------------------------------------------------- inputs
     def register_module(self, module: torch.nn.Module, source: Source) -> None:
@@ -172,9 +175,7 @@ class Tracer:
                 s = self.env.symint(hint, SizeSource(source, i), pol.dynamic, pol.min, pol.max,
                                     constraint=pol.constraint)
             sizes.append(s)
-        meta = torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device="meta")
-        if t.requires_grad:
-            meta.requires_grad_(True)
+        meta = _input_meta(t)
         node = self.graph.input(source, self._tensor_meta(sizes, t), _name_hint(source),
                                 t if self._pinned(t, source, sizes) else None)
         fake = make_fake(meta, sizes, node, t.device, self)
@@ -189,8 +190,22 @@ class Tracer:
             t.storage_offset(), tuple(t.shape)))
         self._fakes[id(t)] = fake
         self._offsets[id(fake)] = t.storage_offset()
+        self._input_of[id(fake)] = (source, t)
         self._keep.append(t)
         return fake
+
+    def input_of(self, fake):
+        """(source, real tensor) of an input's fake, else None."""
+        return self._input_of.get(id(fake))
+
+    def input_fact(self, source: Source, real: torch.Tensor, attr: str):
+        """A property of the caller's tensor the trace read (`x.is_leaf`, `x._is_view()`): its
+        value now, checked by the guards at every call."""
+        v = getattr(real, attr)
+        if callable(v):
+            v = v()
+        self.input_facts.setdefault((source, attr), v)
+        return v
 
     @staticmethod
     def _pinned(t, source, sizes) -> bool:
@@ -226,7 +241,7 @@ class Tracer:
         src = self.lift_sources.get(id(t))
         if src is not None:  # module parameters and buffers are static by default
             return self.tensor_input(t, src, "param" if id(t) in self._module_tensors else "size")
-        meta = torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device="meta")
+        meta = _input_meta(t)
         node = self.graph.const(t, self._tensor_meta(tuple(t.shape), t), "const")
         fake = make_fake(meta, tuple(t.shape), node, t.device, self)
         self._fakes[id(t)] = fake
@@ -323,7 +338,11 @@ class Tracer:
                                                 f"its memory) in place at {user_location()}")
         meta_args, meta_kwargs, device = self._meta_args(func, args, kwargs)
         try:
-            out = meta_cache.call(_META_IMPL.get(func, func), meta_args, meta_kwargs)
+            amp = autocast.active_for(args, kwargs)
+            if amp is not None:
+                out = self._autocast_meta(amp, func, meta_args, meta_kwargs)
+            else:
+                out = meta_cache.call(_META_IMPL.get(func, func), meta_args, meta_kwargs)
         except (NotImplementedError, RuntimeError) as e:  # e.g. nonzero, or F.one_hot reading .item()
             if rule is not None and self._has_unbacked((args, kwargs)):
                 # sizes known only at run time (x.split(t.tolist()), x[x > 0] * y): the stand-in sizes
@@ -345,6 +364,38 @@ class Tracer:
         else:
             shapes = self._fallback(func, args, kwargs, out)
         return self._record(func, args, kwargs, out, shapes, device)
+
+    def _autocast_meta(self, device: str, func, meta_args, meta_kwargs):
+        """The meta run of a call under autocast: its inputs cast as autocast casts them on `device`,
+        its results in the dtypes autocast gives (tracing/autocast.py)."""
+        impl = _META_IMPL.get(func, func)
+        got = autocast.probe(device, impl, meta_args, meta_kwargs)
+        if got is None:
+            raise GraphBreak(f"{_fname(func)} under autocast: the dtype autocast gives its result could not be "
+                             "worked out", user_location(),
+                             "What to do: call it outside the autocast block, or outside the compiled function.")
+        casts, dtypes = got
+        k = iter(range(1 << 30))
+
+        def cast(x):
+            if isinstance(x, torch.Tensor):
+                i = next(k)
+                if i in casts and x.dtype != casts[i]:
+                    return x.to(casts[i])  # eager's ToCopyBackward0 on the way in
+            return x
+        margs, mkwargs = _map((meta_args, meta_kwargs), cast)
+        with torch.autocast(device, enabled=False):
+            out = impl(*margs, **mkwargs)
+        j = iter(range(1 << 30))
+
+        def fix(x):
+            want = dtypes[next(j)] if len(dtypes) else x.dtype
+            if x.dtype == want:
+                return x
+            y = x.to(want)  # a cast inside a decomposition: the result's own node is not known
+            y.ds_grad_fn = ""
+            return y
+        return _wrap_out(out, lambda x, path: fix(x), ())
 
     def _unbacked(self, s) -> bool:
         return isinstance(s, SymBase) and not s.node.expr.free_symbols.isdisjoint(self.env._unbacked)
@@ -434,7 +485,7 @@ class Tracer:
                     self.runtime_assert(x >= 0, f"{self.env.describe(x.node.expr)} is used as a size, "
                                                 f"so it must be >= 0")
                     self.env.mark_size_like(x.node.expr)
-        ir_args, ir_kwargs = self.to_ir(args), self.to_ir(kwargs)
+        ir_args, ir_kwargs = self.to_ir(_sizes_as_tuples(args)), self.to_ir(_sizes_as_tuples(kwargs))
         meta = _map(out, lambda x: self._tensor_meta(shapes[index[id(x)]], x) if isinstance(x, torch.Tensor)
                     else None) if outs else None
         node = self.graph.call(func, ir_args, ir_kwargs, meta, user_location(),
@@ -468,7 +519,8 @@ class Tracer:
             fake = make_fake(x, shapes[i], n, device, self)
             # its layout follows its base's, which the trace does not model; reshape & co return a view or
             # a copy depending on the sizes and strides of the call, so their layout is a view's too
-            fake.ds_view = x._is_view() or _fname(func).split(".")[-1] in _VIEW_OR_COPY
+            fake.ds_view_or_copy = _fname(func).split(".")[-1] in _VIEW_OR_COPY
+            fake.ds_view = x._is_view() or fake.ds_view_or_copy
             fake.ds_odd_layout = odd_inputs or (not fake.ds_view and _odd_layout(x))
             fake.ds_may_alias = returns_input
             return fake
@@ -623,6 +675,27 @@ class Tracer:
 _MAX_DEPTH = 64  # nesting of list/tuple/dict arguments traced; deeper runs eagerly
 
 
+def _input_meta(t: torch.Tensor) -> torch.Tensor:
+    """The meta stand-in of a real tensor the trace reads: its layout, and the autograd state that
+    decides what ops on it may do (a non-leaf stays a non-leaf, so in-place ops on it are allowed
+    as eager allows them; an inference tensor stays one)."""
+    if t.is_inference():
+        with torch.inference_mode():
+            return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device="meta")
+    meta = torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device="meta")
+    if not t.requires_grad:
+        return meta
+    if t.is_leaf:
+        return meta.requires_grad_(True)
+    src = torch.empty((), dtype=t.dtype, device="meta", requires_grad=True)
+    try:
+        with torch.enable_grad():
+            meta.copy_(src)  # a non-leaf with its own layout (CopyBackwards), not a view
+        return meta
+    except RuntimeError:  # an overlapping layout (expanded): a leaf that requires grad
+        return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device="meta").requires_grad_(True)
+
+
 def _check_supported(t: torch.Tensor, source: Source) -> None:
     """Dense tensors only: sparse, quantized and nested tensors run eagerly, saying which argument."""
     kind = None
@@ -703,7 +776,15 @@ def _meta_leaf(x):
 
 
 # .cpu()/.cuda() cannot copy a meta tensor; on meta they are views (the device is tracked apart)
-_META_IMPL = {torch.Tensor.cpu: lambda t, *a, **k: t.view_as(t), torch.Tensor.cuda: lambda t, *a, **k: t.view_as(t)}
+def _move_to(kind):
+    """.cpu()/.cuda() on meta: the same tensor when it is there already (as eager), else a copy."""
+    def impl(t, *a, **k):
+        dev = getattr(t, "ds_device", None)
+        return t if dev is not None and dev.type == kind else t.to(copy=True)
+    return impl
+
+
+_META_IMPL = {torch.Tensor.cpu: _move_to("cpu"), torch.Tensor.cuda: _move_to("cuda")}
 
 
 def _meta_to(func, args, kwargs, device):
@@ -719,6 +800,19 @@ def _meta_to(func, args, kwargs, device):
             a = "meta"
         new.append(a)
     return tuple(new), kwargs, device
+
+
+def _sizes_as_tuples(obj):
+    """A torch.Size argument of an op (`F.layer_norm(h, h.shape[-2:])`) as the tuple of its sizes:
+    every torch op takes a tuple where it takes a Size, and a backend then reads the elements
+    where it decides dims instead of a graph value it would have to resolve."""
+    if isinstance(obj, torch.Size):
+        return tuple(obj)
+    if type(obj) in (list, tuple):
+        return type(obj)(_sizes_as_tuples(o) for o in obj)
+    if type(obj) is dict:
+        return {k: _sizes_as_tuples(v) for k, v in obj.items()}
+    return obj
 
 
 def _tensors(obj):

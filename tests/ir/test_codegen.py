@@ -42,3 +42,11 @@ def test_non_finite_float_arguments_compile_once(v):
 def test_numpy_scalar_arguments_compile_once(v):
     cf = check_vs_eager(lambda x, s: x * s, [(torch.ones(3), v), (torch.ones(3), type(v)(v))], dynamic=None)
     assert cf.stats.compiles == 1
+
+
+def test_generated_code_that_reads_a_name_it_does_not_define_is_refused():
+    from dynashape.ir.codegen import UndefinedNameError, exec_source
+    ns = {"torch": torch}
+    exec_source("def f(a):\n    b = torch.relu(a)\n    return b\n", "test", ns)  # defined: fine
+    with pytest.raises(UndefinedNameError, match="size"):
+        exec_source("def g(a):\n    return torch.nn.functional.layer_norm(a, size)\n", "test", dict(ns))

@@ -158,14 +158,13 @@ class RegionRuntime:
         self.symbols = sorted(sym_set, key=lambda s: s.name)
         self.kernel = None
         self.wrapper = None
-        self.torch_calls = None  # the region as torch calls (built with the kernel)
+        self.torch_calls = self._torch_calls()  # the region as torch calls (its names checked now)
 
     def compile(self) -> None:
         n_ptr = self.spec.n_in + self.spec.n_out
         n_int = len(self.spec.symbols) + sum(self.spec.stride_dims)
         floats = tuple(i for i, s in enumerate(self.spec.symbols) if not s.is_integer)  # zf0: passed as a double
         self.kernel = build.load(self.spec.source, n_ptr, n_int, floats)
-        self.torch_calls = self._torch_calls()
         self.wrapper = self._wrapper()
 
     @property
@@ -338,6 +337,7 @@ def rewrite(g: Graph, rts: list) -> Graph:
     member = {n for rt in rts for n in rt.region.nodes}
     g2 = Graph()
     g2.namespace.update(g.namespace)
+    g2.entry_grad, g2.entry_modes = g.entry_grad, g.entry_modes
     new: dict = {}
 
     def m(a):
@@ -353,16 +353,18 @@ def rewrite(g: Graph, rts: list) -> Graph:
             metas = tuple(o.meta for o in r.outputs)
             if len(r.outputs) == 1:
                 o = r.outputs[0]
-                new[o] = g2.call(rt.wrapper, args, {}, o.meta, o.location, n.grad_enabled, name_hint=o.name)
+                new[o] = g2.call(rt.wrapper, args, {}, o.meta, o.location, n.grad_enabled, name_hint=o.name,
+                                 modes=n.modes)
             else:
-                call = g2.call(rt.wrapper, args, {}, metas, n.location, n.grad_enabled, name_hint=rt.name)
+                call = g2.call(rt.wrapper, args, {}, metas, n.location, n.grad_enabled, name_hint=rt.name,
+                               modes=n.modes)
                 for j, o in enumerate(r.outputs):
                     new[o] = g2.call(torch.Tensor.__getitem__, (call, j), {}, o.meta, o.location, n.grad_enabled,
-                                     name_hint=o.name)
+                                     name_hint=o.name, modes=n.modes)
             for a in r.aliases:  # views of the outputs, as eager makes them
                 new[a] = g2.add(a.kind, a.name, a.target, map_args(a.args, m), map_args(a.kwargs, m), a.meta,
-                                a.location, a.grad_enabled)
+                                a.location, a.grad_enabled, a.modes)
             continue
         new[n] = g2.add(n.kind, n.name, n.target, map_args(n.args, m), map_args(n.kwargs, m), n.meta,
-                        n.location, n.grad_enabled)
+                        n.location, n.grad_enabled, n.modes)
     return g2

@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from ...ir.graph import Node, SymExpr, TensorMeta
+from ...ir.graph import Node, SymExpr, TensorMeta, _nodes_in
 
 FLOATS = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
 DTYPES = FLOATS + (torch.int64, torch.int32, torch.bool)
@@ -78,12 +78,23 @@ def op_name(target) -> str | None:
 
 
 def arg(n: Node, i: int, name: str, default=None):
-    """Argument `name` of a call, given positionally at `i` or by keyword."""
+    """Argument `name` of a call, given positionally at `i` or by keyword; a shape given as a graph
+    value (`%size = torch.Size([...])`) as the tuple of its elements."""
     if name in n.kwargs:
-        return n.kwargs[name]
-    if i is not None and i < len(n.args):
-        return n.args[i]
-    return default
+        v = n.kwargs[name]
+    elif i is not None and i < len(n.args):
+        v = n.args[i]
+    else:
+        return default
+    if isinstance(v, Node) and v.kind == "call" and v.target is torch.Size:
+        return tuple(v.args[0])
+    return v
+
+
+def reads_other_values(n: Node) -> bool:
+    """Whether a call reads a graph value that is not a tensor (a Size, a list a call returned):
+    its region's code would have to take it as an argument; such calls stay torch calls."""
+    return any(not is_tensor(u) for u in _nodes_in((n.args, n.kwargs)))
 
 
 def is_tensor(v) -> bool:
@@ -114,7 +125,7 @@ def family(n: Node) -> str | None:
     if n.kind != "call":
         return None
     name = op_name(n.target)
-    if name is None or not is_tensor(n) or n.meta.dtype not in DTYPES:
+    if name is None or not is_tensor(n) or n.meta.dtype not in DTYPES or reads_other_values(n):
         return None
     ins = tensor_args(n)
     if not ins or any(t.meta.dtype not in DTYPES for t in ins):
@@ -207,7 +218,9 @@ def reduce_dims(n: Node):
     rank = len(x.meta.shape)
     if name in ("layer_norm", "rms_norm"):
         shape = arg(n, 1, "normalized_shape")
-        k = len(shape) if isinstance(shape, (list, tuple)) else 1
+        if not isinstance(shape, (list, tuple)):
+            return None  # the number of normalized dims is what decides the reduction: known or not fused
+        k = len(shape)
         return x, tuple(range(rank - k, rank)), True
     if name in ("softmax", "log_softmax"):
         d = arg(n, 1, "dim")

@@ -40,6 +40,10 @@ def _is_barrier(n: Node) -> bool:
     return name in ("__setitem__", "copy_") or "out" in n.kwargs or bool(n.kwargs.get("inplace"))
 
 
+def _autocast(n: Node) -> bool:
+    return n.modes is not None and any(on for on, _ in n.modes[1])
+
+
 def _one(s) -> bool:
     return isinstance(s, int) and s == 1
 
@@ -140,8 +144,9 @@ def schedule(g: Graph, used_elsewhere: frozenset = frozenset()) -> list[Region]:
 
 
 def _ok(nodes: list, last: Node, pos: dict, ep: dict) -> bool:
-    if len({ep[m] for m in nodes}) != 1 or len({m.grad_enabled for m in nodes}) != 1:
-        return False
+    if len({ep[m] for m in nodes}) != 1 or len({m.grad_enabled for m in nodes}) != 1 \
+            or len({m.modes for m in nodes}) != 1 or any(_autocast(m) for m in nodes):
+        return False  # one grad mode and inference mode; autocast's casts are not lowered
     if analyze(nodes) is None:
         return False
     inside = set(nodes)

@@ -8,7 +8,7 @@ import torch.nn.functional as F
 
 import dynashape as ds
 
-from .oracle import check_fused
+from .oracle import check_fused, regions
 
 
 def test_a_dynamic_float_argument_reaches_the_kernel_as_a_double():
@@ -207,3 +207,48 @@ def test_var_and_std_of_an_empty_row_are_nan_as_in_eager(dynamic):
         x = torch.randn(shape)
         torch.testing.assert_close(cf(x), f(x), equal_nan=True)
     assert any(getattr(e.fn, "fused", False) for e in cf.entries)
+
+
+def test_layer_norm_over_a_shape_taken_from_the_tensor_normalizes_those_dims():
+    # `F.layer_norm(x, x.shape[-2:])`: normalized_shape was a graph value (a torch.Size node) and the
+    # lowering counted it as one dim: the kernel normalized the last dim only (silently wrong, no_grad)
+    def ln(x):
+        return F.layer_norm(x, x.shape[-2:]).relu()
+
+    def rms(x):
+        return F.rms_norm(x, x.shape[-2:]) * 2
+
+    for fn in (ln, rms):
+        with torch.no_grad():
+            cf = check_fused(fn, [(torch.randn(2, 3, 4),), (torch.randn(5, 6, 7),)])
+        assert regions(cf), "the layer_norm region fuses"
+
+
+def test_a_region_reading_a_shape_from_the_graph_trains():
+    # `F.layer_norm(h, h.shape[-1:]).relu()` under autograd: the region's torch calls named the graph's
+    # `size` value, which they neither took nor defined (NameError once the kernel was built)
+    def f(x):
+        return F.layer_norm(x, x.shape[-1:]).relu()
+
+    cases = [(torch.randn(4, 8, requires_grad=True),), (torch.randn(3, 5, requires_grad=True),)]
+    check_fused(f, cases, grad=True)
+    w = torch.randn(8, requires_grad=True)
+    xs = [torch.randn(4, 8) for _ in range(3)]
+    cf = ds.compile(f, backend="fused")
+    for x in xs:  # a non-leaf activation, as in a training loop
+        cf(x * w).sum().backward()
+    got, w.grad = w.grad, None
+    for x in xs:
+        f(x * w).sum().backward()
+    torch.testing.assert_close(got, w.grad)
+
+
+def test_a_call_reading_a_graph_value_that_is_not_a_tensor_stays_a_torch_call():
+    from dynashape.backends.fused import ops
+    from dynashape.ir.graph import Graph, TensorMeta
+    g = Graph()
+    x = g.input(ds.symbolic.LocalSource("x"), TensorMeta((4, 8), torch.float32, False), "x")
+    size = g.call(torch.Size, ([8],), {}, None)
+    ln = g.call(F.layer_norm, (x, size), {}, TensorMeta((4, 8), torch.float32, False))
+    assert ops.arg(ln, 1, "normalized_shape") == (8,)  # read as its elements
+    assert ops.family(ln) is None  # but the region would have to take `size` as an argument

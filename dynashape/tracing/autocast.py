@@ -1,0 +1,128 @@
+"""Ops under autocast while tracing: the dtypes eager's autocast would give.
+
+Autocast casts an op's inputs on the CPU and CUDA, not on the `meta` device the trace computes
+on, so a meta run of `x @ w` under `torch.autocast("cpu", dtype=torch.bfloat16)` says float32
+where eager gives bfloat16. Which ops autocast casts, and to what, lives in torch's C++ tables;
+rather than copy them, we ask autocast itself: the op runs once on stand-ins on the real device
+(one element each, expanded to the real shape: no memory, no compute) under a dispatch mode that
+sees autocast's casts and computes every op on meta instead. What it learns:
+
+  * the casts applied to the op's own inputs: the trace applies the same casts to the fakes and
+    runs the op without autocast, so the result's autograd history is eager's (`MmBackward0` after
+    two `ToCopyBackward0`);
+  * the dtypes of the results: where casts inside a decomposition change them further (einsum's
+    bmm), the result is cast to them (its grad_fn name is then not known: reading it breaks).
+"""
+from __future__ import annotations
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from .tree import leaves
+
+_DEVICES = ("cpu", "cuda")
+
+
+def active_for(args, kwargs) -> str | None:
+    """The device type whose autocast applies to this call's tensors, or None."""
+    if not torch._C._is_any_autocast_enabled():
+        return None
+    for a in leaves((args, kwargs)):
+        if isinstance(a, torch.Tensor) and hasattr(a, "ds_device"):
+            dev = a.ds_device.type
+            return dev if dev in _DEVICES and torch.is_autocast_enabled(dev) else None
+    return None
+
+
+class _Probe(TorchDispatchMode):
+    """Each aten op on meta; the tensors handed back are stand-ins on the real device."""
+
+    def __init__(self, device: str, standins: dict):
+        super().__init__()
+        self.device = device
+        self.meta_of = standins  # id(stand-in) -> meta tensor
+        self.keep: list = []
+        self.casts: dict = {}  # id(a stand-in of an argument) -> the dtype autocast cast it to
+        self.top = set(standins)
+
+    def standin(self, meta: torch.Tensor) -> torch.Tensor:
+        s = torch.empty((), dtype=meta.dtype, device=self.device)
+        s = s.expand(meta.shape) if meta.dim() else s
+        self.meta_of[id(s)] = meta
+        self.keep.append(s)
+        return s
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func is torch.ops.aten._to_copy.default and args and id(args[0]) in self.top \
+                and kwargs.get("dtype") is not None:
+            self.casts.setdefault(id(args[0]), kwargs["dtype"])
+
+        def to_meta(x):
+            if isinstance(x, torch.Tensor):
+                m = self.meta_of.get(id(x))
+                if m is None:  # a constant the op made on the device
+                    m = torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device="meta")
+                return m
+            return x
+        margs = [to_meta(a) if not isinstance(a, (list, tuple)) else type(a)(map(to_meta, a)) for a in args]
+        mkw = {k: to_meta(v) for k, v in kwargs.items()}
+        if "device" in mkw and mkw["device"] is not None:
+            mkw["device"] = "meta"
+        out = func(*margs, **mkw)
+        return _map_tensors(out, self.standin)
+
+
+def _map_tensors(out, fn):
+    if isinstance(out, torch.Tensor):
+        return fn(out)
+    if isinstance(out, (list, tuple)):
+        return type(out)(_map_tensors(o, fn) for o in out)
+    return out
+
+
+def probe(device: str, func, args, kwargs):
+    """({index of a tensor leaf of (args, kwargs): dtype autocast casts it to}, [result dtypes]),
+    or None when the op cannot run on stand-ins."""
+    tensors = [a for a in leaves((args, kwargs)) if isinstance(a, torch.Tensor)]
+    standins: dict = {}
+    by_id = {}
+    with torch._C.DisableTorchFunction():
+        for t in tensors:
+            s = torch.empty((), dtype=t.dtype, device=device)
+            s = s.expand(t.shape) if t.dim() else s
+            standins[id(s)] = torch.empty_strided(t.shape, T_stride(t), dtype=t.dtype, device="meta")
+            by_id[id(t)] = s
+    mode = _Probe(device, standins)
+    mode.keep += list(by_id.values())
+
+    def swap(x):
+        return by_id.get(id(x), x) if isinstance(x, torch.Tensor) else x
+    pargs = _map_nested(args, swap)
+    pkwargs = {k: _map_nested(v, swap) for k, v in kwargs.items()}
+    cache = torch.is_autocast_cache_enabled()
+    torch.set_autocast_cache_enabled(False)  # stand-ins are not weights worth caching
+    try:
+        with torch._C.DisableTorchFunction(), torch.no_grad(), mode:
+            out = func(*pargs, **pkwargs)
+    except Exception:
+        return None
+    finally:
+        torch.set_autocast_cache_enabled(cache)
+    casts = {i: mode.casts[id(by_id[id(t)])] for i, t in enumerate(tensors) if id(by_id[id(t)]) in mode.casts}
+    dtypes = [x.dtype for x in leaves(out) if isinstance(x, torch.Tensor)]
+    return casts, dtypes
+
+
+def T_stride(t):
+    return torch.Tensor.stride(t)
+
+
+def _map_nested(obj, fn):
+    if isinstance(obj, (list, tuple)) and not isinstance(obj, torch.Size):
+        items = [_map_nested(o, fn) for o in obj]
+        return type(obj)(items) if type(obj) in (list, tuple) else obj
+    return fn(obj)
+
+
+__all__ = ["active_for", "probe"]

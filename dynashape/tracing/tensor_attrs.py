@@ -1,0 +1,212 @@
+"""What traced code reads of a tensor besides its values: autograd state, views, versions, flags.
+
+Every attribute of `torch.Tensor` that Python code can read while tracing is in one of the
+classes of `CLASSES` (tests/tracing/test_tensor_attrs.py walks `dir(torch.Tensor)` and fails on
+one that is not):
+
+    op        a torch op: recorded in the graph like any call (tensor results, in-place changes)
+    shape     answered from the symbolic sizes (`size`, `numel`, `nbytes`...)
+    static    the same for every tensor the guards accept (dtype, layout, device flags)
+    history   the tensor's own autograd and view history (`is_leaf`, `grad_fn`, `_is_view`, `_base`,
+              `_version`, `output_nr`...). An op's meta output *is* its fake (tracing/fake.py), so
+              torch's own autograd recorded these for the same sequence of ops as eager; of an input,
+              the real tensor's value, guarded
+    input     a property of the caller's tensor (inference, conj bits, pinned, grad_dtype): of an
+              input, its real value, guarded; of a computed tensor, the meta run's (exact)
+    layout    strides and contiguity (tracing/tracer.py observe_strides: guarded layouts)
+    data      reads values: a data-dependent value, speculation, or a graph break (tracing/mode.py)
+    break     cannot be answered while tracing: a graph break that names it
+
+The handlers here answer the `history` and `input` classes.
+"""
+from __future__ import annotations
+
+import torch
+
+from ..symbolic.userloc import user_location
+from .errors import GraphBreak
+from .meta.common import prod
+
+T = torch.Tensor
+
+
+class TracedGradFn:
+    """`t.grad_fn` while tracing, where eager's is not None: its type name is eager's node's name
+    (`MulBackward0`), `name()` too; anything else of it (hooks, `next_functions`) is a graph break, and
+    so is letting it out of the function."""
+
+    __slots__ = ("_node_name",)
+
+    def __init__(self, node_name: str | None):
+        self._node_name = node_name
+
+    def name(self) -> str:
+        if self._node_name is None:
+            raise GraphBreak("grad_fn.name() of an input that is not a leaf (its history is the caller's)",
+                             user_location(), "What to do: read it before calling the compiled function.")
+        return self._node_name
+
+    def __getattr__(self, attr):
+        raise GraphBreak(f"grad_fn.{attr} of a traced tensor (the autograd graph is built when the compiled "
+                         f"code runs)", user_location(),
+                         "What to do: only compare grad_fn with None, or read it outside the compiled function.")
+
+    def __repr__(self) -> str:
+        return f"<{self._node_name or 'grad_fn'} (traced)>"
+
+
+_classes: dict = {}
+
+
+def traced_grad_fn(name: str | None) -> TracedGradFn:
+    """A TracedGradFn whose class is named as eager's node (`type(h.grad_fn).__name__`)."""
+    cls = _classes.get(name)
+    if cls is None:
+        cls = _classes[name] = type(name or "TracedGradFn", (TracedGradFn,), {"__slots__": ()})
+    return cls(name)
+
+
+# ------------------------------------------------------------------ resolving a fake
+def _input(mode, t):
+    """(source, real tensor) when `t` is a graph input, else None."""
+    return mode.tracer.input_of(t)
+
+
+def _own(mode, t):
+    """The fake whose history is `t`'s: the tensor an op returned as it is (eager returns that object),
+    after guarding the layouts that made the op return it rather than a copy."""
+    same = getattr(t, "ds_same_as", None)
+    layout_dependent = same is not None or getattr(t, "ds_view_or_copy", False)
+    if layout_dependent:  # reshape/contiguous/to...: a view, a copy or the input itself, by layout
+        mode.tracer.observe_strides(t, exact=False)
+    return same if same is not None else t
+
+
+def _fact(mode, t, attr: str):
+    """An input's `attr` (a property, or a method called without arguments), guarded."""
+    src, real = _input(mode, t)
+    return mode.tracer.input_fact(src, real, attr)
+
+
+# ------------------------------------------------------------------ history
+def q_is_leaf(mode, t):
+    t = _own(mode, t)
+    if _input(mode, t) is not None:
+        return _fact(mode, t, "is_leaf")
+    if getattr(t, "ds_grad_fn", None) is not None:
+        return False
+    return T.is_leaf.__get__(t)
+
+
+def q_grad_fn(mode, t):
+    t = _own(mode, t)
+    if _input(mode, t) is not None:
+        return None if _fact(mode, t, "is_leaf") else traced_grad_fn(None)
+    name = getattr(t, "ds_grad_fn", None)
+    if name is not None:  # "": eager's node is not known (a cast inside a decomposition under autocast)
+        return traced_grad_fn(name or None)
+    fn = T.grad_fn.__get__(t)
+    return None if fn is None else traced_grad_fn(type(fn).__name__)
+
+
+def q_output_nr(mode, t):
+    t = _own(mode, t)
+    if _input(mode, t) is not None:
+        return _fact(mode, t, "output_nr")
+    if getattr(t, "ds_grad_fn", None) is not None:
+        return getattr(t, "ds_output_nr", 0)
+    return T.output_nr.__get__(t)
+
+
+def q_retains_grad(mode, t):
+    t = _own(mode, t)
+    if _input(mode, t) is not None:
+        return _fact(mode, t, "retains_grad")
+    return T.retains_grad.__get__(t)
+
+
+def q_is_view(mode, t):
+    t = _own(mode, t)
+    if _input(mode, t) is not None:
+        return _fact(mode, t, "_is_view")
+    return T._is_view(t)
+
+
+def q_base(mode, t):
+    t = _own(mode, t)
+    if _input(mode, t) is not None:
+        if _fact(mode, t, "_is_view"):
+            raise GraphBreak("._base of an input that is a view (its base is not an argument)", user_location(),
+                             "What to do: pass the base tensor itself.")
+        return None
+    base = T._base.__get__(t)
+    if base is None:
+        return None
+    base = getattr(base, "ds_same_as", base)
+    if getattr(base, "ds_node", None) is None:
+        raise GraphBreak("._base of a tensor whose base is not a value of the function", user_location())
+    if _input(mode, base) is not None and _fact(mode, base, "_is_view"):  # eager's base is the input's base
+        raise GraphBreak("._base of a view of an input that is itself a view (its base is not an argument)",
+                         user_location(), "What to do: pass the base tensor itself.")
+    return base
+
+
+def q_version(mode, t):
+    t = _own(mode, t)
+    if _input(mode, t) is not None or getattr(t, "ds_may_alias", True):
+        raise GraphBreak("._version of an input or of a tensor that may share an input's memory (it counts "
+                         "in-place changes made before the call)", user_location(),
+                         "What to do: read it outside the compiled function.")
+    return T._version.__get__(t)
+
+
+# ------------------------------------------------------------------ properties of the caller's tensor
+def _input_or_meta(attr: str, getter):
+    def q(mode, t, *args, **kwargs):
+        t = _own(mode, t)
+        if _input(mode, t) is not None and not args and not kwargs:
+            return _fact(mode, t, attr)
+        return getter(t, *args, **kwargs)
+    q.__name__ = f"q_{attr}"
+    return q
+
+
+def q_nbytes(mode, t):
+    return prod(t.ds_sizes) * T.itemsize.__get__(t)
+
+
+def q_data_ptr_like(what):
+    def q(mode, t, *args, **kwargs):
+        raise GraphBreak(f"{what} of a tensor (its memory exists only when the compiled code runs)",
+                         user_location(), "What to do: read it outside the compiled function.")
+    return q
+
+
+def _handlers() -> dict:
+    table = {
+        "is_leaf": q_is_leaf, "grad_fn": q_grad_fn, "output_nr": q_output_nr, "retains_grad": q_retains_grad,
+        "_is_view": q_is_view, "_base": q_base, "_version": q_version, "nbytes": q_nbytes,
+        "is_inference": _input_or_meta("is_inference", T.is_inference),
+        "is_conj": _input_or_meta("is_conj", T.is_conj), "is_neg": _input_or_meta("is_neg", T.is_neg),
+        "is_pinned": _input_or_meta("is_pinned", lambda t, *a, **k: False),
+        "is_shared": _input_or_meta("is_shared", lambda t: False),
+        "grad_dtype": _input_or_meta("grad_dtype", lambda t: T.grad_dtype.__get__(t)),
+        "name": _input_or_meta("name", lambda t: T.name.__get__(t)),
+        "_cdata": q_data_ptr_like("._cdata"), "untyped_storage": q_data_ptr_like(".untyped_storage()"),
+        "storage": q_data_ptr_like(".storage()"), "_typed_storage": q_data_ptr_like("._typed_storage()"),
+        "const_data_ptr": q_data_ptr_like(".const_data_ptr()"), "_use_count": q_data_ptr_like("._use_count()"),
+    }
+    out = {}
+    for name, h in table.items():  # torch>=2.4: a newer attribute may be missing
+        attr = getattr(T, name, None)
+        if attr is None:
+            continue
+        out[attr.__get__ if isinstance(attr, property) or type(attr).__name__ == "getset_descriptor" else attr] = h
+        if name in ("is_inference", "is_conj", "is_neg") and hasattr(torch, name):
+            out[getattr(torch, name)] = h
+    return out
+
+
+HANDLERS = _handlers()
+
+__all__ = ["HANDLERS", "TracedGradFn", "traced_grad_fn"]

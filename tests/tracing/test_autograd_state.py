@@ -1,0 +1,304 @@
+"""Autograd state while tracing is eager's: `is_leaf`, `grad_fn`, `requires_grad` of what ops return
+(data-dependent ones included), views and their bases, and the grad mode, inference mode and
+autocast the calls run under (at entry, and in blocks inside the function).
+
+Each test compares the compiled function with eager over the dynamic modes; several are the
+reproductions of ../shared/bugs/autograd reduced to their cause."""
+import pytest
+import torch
+
+import dynashape as ds
+
+MODES = (None, True, False)
+
+
+def _describe(v):
+    """What a returned value is, as eager's and ours are compared: values and autograd state."""
+    if isinstance(v, torch.Tensor):
+        return ("T", v.detach().tolist(), v.dtype, v.requires_grad, v.is_leaf, v.grad_fn is None, v.is_inference())
+    if isinstance(v, (list, tuple)):
+        return tuple(_describe(x) for x in v)
+    return v
+
+
+def same_as_eager(fn, make_args, *, modes=MODES, under=None, calls=2):
+    """`fn` compiled under each dynamic mode returns what eager returns (values, dtype,
+    requires_grad, is_leaf, grad_fn-ness), over `calls` calls of fresh arguments."""
+    for mode in modes:
+        cf = ds.compile(fn, dynamic=mode)
+        for k in range(calls):
+            args = make_args(k)
+            ctx = under() if under is not None else _nothing()
+            with ctx:
+                want = _describe(fn(*args))
+            with (under() if under is not None else _nothing()):
+                got = _describe(cf(*args))
+            assert got == want, f"dynamic={mode}, call {k}:\n  compiled {got}\n  eager    {want}"
+    return cf
+
+
+class _nothing:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *a):
+        return False
+
+
+def leaf(n=3):
+    return torch.linspace(-1, 1, n).requires_grad_()
+
+
+# ------------------------------------------------------------------ is_leaf / grad_fn
+def test_grad_fn_of_an_intermediate_is_not_none_as_in_eager():
+    def f(x):
+        h = x * 2
+        return h * 3 if h.grad_fn is not None else h * 5
+    same_as_eager(f, lambda k: (leaf(3 + k),))
+
+
+def test_is_leaf_of_an_intermediate_is_false_as_in_eager():
+    def f(x):
+        h = x * 2
+        return h * 5 if h.is_leaf else h * 3
+    same_as_eager(f, lambda k: (leaf(3 + k),))
+
+
+def test_grad_fn_names_eagers_node():
+    def f(x):
+        h = x.sin()
+        v = h[1:]
+        return h * 2, type(h.grad_fn).__name__, h.grad_fn.name(), type(v.grad_fn).__name__
+    same_as_eager(f, lambda k: (leaf(3 + k),))
+
+
+def test_is_leaf_of_an_input_is_guarded():
+    def f(x):
+        return x * 5 if x.is_leaf else x * 3
+    cf = ds.compile(f)
+    a = leaf()
+    torch.testing.assert_close(cf(a), f(a))
+    b = leaf() * 1  # a non-leaf that requires grad: the guard sends it to a new entry
+    torch.testing.assert_close(cf(b), f(b))
+    assert cf.stats.compiles == 2
+    assert any("is_leaf" in r for r in cf.stats.recompile_reasons)
+
+
+def test_in_place_on_a_non_leaf_input_traces_as_eager_allows_it():
+    def f(x):
+        x.mul_(2)
+        return x + 1
+    cf = ds.compile(f)
+    w = leaf()
+    out = cf(w * 1)
+    assert out.requires_grad and not cf.stats.graph_breaks
+    out.sum().backward()
+    torch.testing.assert_close(w.grad, torch.full_like(w, 2.0))
+
+
+def test_in_place_on_a_leaf_that_requires_grad_raises_eagers_error():
+    def f(x):
+        return x.mul_(2)
+    with pytest.raises(RuntimeError, match="leaf Variable that requires grad"):
+        ds.compile(f)(leaf())
+
+
+def test_no_grad_and_detach_make_leaves_as_in_eager():
+    def f(x):
+        with torch.no_grad():
+            a = x * 2
+        b = (x * 2).detach()
+        return a.is_leaf, b.is_leaf, a.requires_grad, b.requires_grad, a.grad_fn is None
+    same_as_eager(f, lambda k: (leaf(3 + k),))
+
+
+def test_in_place_with_a_tensor_that_requires_grad_makes_a_non_leaf():
+    def f(x, y):
+        z = y * 1
+        z.add_(x)
+        return z, z.is_leaf, z.requires_grad
+    same_as_eager(f, lambda k: (leaf(3 + k), torch.ones(3 + k)))
+
+
+def test_views_and_their_bases_are_eagers():
+    def f(x):
+        h = x * 2
+        v = h[1:]
+        w = v.t() if v.dim() == 2 else v.unsqueeze(0)
+        return v._is_view(), h._is_view(), v._base is h, w._base is h, h._base is None, w.output_nr
+    same_as_eager(f, lambda k: (leaf(3 + k),))
+
+
+def test_base_of_a_view_of_an_input_that_is_a_view_is_a_graph_break():
+    def f(x):
+        return x[1:]._base is x
+    cf = ds.compile(f)
+    base = torch.randn(5)
+    assert cf(base[1:]) == f(base[1:])
+    assert any("_base" in b for b in cf.stats.graph_breaks)
+    assert cf(torch.randn(4)) is f(torch.randn(4))  # not a view: its own entry, answered
+
+
+def test_version_of_a_fresh_tensor_counts_its_in_place_changes():
+    def f(x):
+        h = x * 2
+        h.add_(1)
+        h.mul_(3)
+        return h, h._version
+    same_as_eager(f, lambda k: (torch.randn(3 + k),))
+
+
+def test_version_of_an_input_is_a_graph_break_naming_it():
+    def f(x):
+        return x * x._version
+    cf = ds.compile(f)
+    x = torch.randn(3)
+    x.add_(1)
+    torch.testing.assert_close(cf(x), f(x))
+    assert any("_version" in b for b in cf.stats.graph_breaks)
+
+
+def test_grad_fn_does_not_escape_the_trace():
+    def f(x):
+        return (x * 2).grad_fn
+    cf = ds.compile(f)
+    got = cf(leaf())
+    assert type(got).__name__ == "MulBackward0" and hasattr(got, "next_functions")  # eager's own node
+
+
+# ------------------------------------------------------------------ data-dependent results
+@pytest.mark.parametrize("op", [lambda h: h[h > 0], lambda h: h.masked_select(h > 0), lambda h: torch.unique(h),
+                                lambda h: h.repeat_interleave(torch.tensor([1, 2, 0]))],
+                         ids=["mask", "masked_select", "unique", "repeat_interleave"])
+def test_data_dependent_results_require_grad_as_in_eager(op):
+    def f(x):
+        h = op(x * 1)
+        return (h * 2 if h.requires_grad else h * 3), h.is_leaf, h.grad_fn is None
+    same_as_eager(f, lambda k: (torch.tensor([1.0, -1.0, 2.0]).requires_grad_(),))
+
+
+def test_data_dependent_results_have_eagers_grad_fn_names():
+    def f(x):
+        a, b = x[x > 0], x.masked_select(x > 0)
+        return a.sum() + b.sum(), type(a.grad_fn).__name__, type(b.grad_fn).__name__
+    same_as_eager(f, lambda k: (torch.tensor([1.0, -1.0, 2.0]).requires_grad_(),))
+
+
+def test_data_dependent_results_under_no_grad_do_not_require_grad():
+    def f(x):
+        h = x[x > 0]
+        return h * 2 if h.requires_grad else h * 3
+    same_as_eager(f, lambda k: (torch.tensor([1.0, -1.0, 2.0]).requires_grad_(),), under=torch.no_grad)
+
+
+# ------------------------------------------------------------------ grad mode at entry and in blocks
+@pytest.mark.parametrize("block", [torch.enable_grad, lambda: torch.set_grad_enabled(True)],
+                         ids=["enable_grad", "set_grad_enabled"])
+def test_enable_grad_inside_a_function_called_under_no_grad(block):
+    def f(x):
+        with block():
+            h = x * 2
+        return h, h.requires_grad
+    cf = same_as_eager(f, lambda k: (leaf(3 + k),), under=torch.no_grad)
+    x = leaf()
+    with torch.no_grad():
+        out, _ = cf(x)
+    out.sum().backward()
+    torch.testing.assert_close(x.grad, torch.full_like(x, 2.0))
+
+
+def test_enable_grad_as_the_first_statement_then_no_grad_blocks():
+    def f(x):
+        with torch.enable_grad():
+            a = x * 2
+            with torch.no_grad():
+                b = a * 3
+            c = a + b
+        return a, b, c
+    same_as_eager(f, lambda k: (leaf(3 + k),), under=torch.no_grad)
+    same_as_eager(f, lambda k: (leaf(3 + k),))
+
+
+def test_an_entry_traced_with_grad_on_is_not_reused_under_no_grad():
+    def f(x):
+        return x * 2
+    cf = ds.compile(f)
+    x = leaf()
+    assert cf(x).requires_grad
+    with torch.no_grad():
+        assert not cf(x).requires_grad
+    assert cf.stats.compiles == 2
+
+
+# ------------------------------------------------------------------ inference mode
+def test_inference_mode_block_inside_the_function():
+    def f(x):
+        with torch.inference_mode():
+            y = x * 2
+        return y, y.is_inference(), y.requires_grad
+    same_as_eager(f, lambda k: (leaf(3 + k),))
+
+
+def test_inference_mode_at_entry_is_part_of_what_an_entry_assumes():
+    def f(x):
+        y = x * 2
+        return y, y.is_inference()
+    cf = ds.compile(f)
+    x = torch.randn(3)
+    with torch.no_grad():
+        assert cf(x)[1] is False
+    with torch.inference_mode():
+        out, flag = cf(x)
+        assert flag is True and out.is_inference()
+    assert cf.stats.compiles == 2
+
+
+def test_an_inference_tensor_input_is_answered_and_guarded():
+    def f(x):
+        return x * 2 if x.is_inference() else x * 3
+    cf = ds.compile(f)
+    with torch.inference_mode():
+        xi = torch.ones(3)
+    torch.testing.assert_close(cf(xi), f(xi))
+    torch.testing.assert_close(cf(torch.ones(3)), f(torch.ones(3)))
+    assert cf.stats.compiles == 2
+
+
+# ------------------------------------------------------------------ autocast
+def test_autocast_block_inside_the_function_gives_eagers_dtypes():
+    def f(x, w):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            y = x @ w
+            z = torch.einsum("ij,jk->ik", x, w)
+        return y, z, y.relu() + 1, y.dtype, type(y.grad_fn).__name__
+    same_as_eager(f, lambda k: (torch.randn(4 + k, 4), torch.randn(4, 5, requires_grad=True)))
+
+
+def test_autocast_at_entry_gives_eagers_dtypes():
+    def f(x, w):
+        y = x @ w
+        return y.relu(), y.dtype
+    same_as_eager(f, lambda k: (torch.randn(4 + k, 4), torch.randn(4, 5)),
+                  under=lambda: torch.autocast("cpu", dtype=torch.bfloat16))
+
+
+def test_autocast_disabled_inside_an_autocast_caller():
+    def f(x, w):
+        with torch.autocast("cpu", enabled=False):
+            y = x @ w
+        return y, (x @ w).dtype
+    same_as_eager(f, lambda k: (torch.randn(4 + k, 4), torch.randn(4, 5)),
+                  under=lambda: torch.autocast("cpu", dtype=torch.bfloat16))
+
+
+def test_the_callers_modes_are_restored_after_the_call_and_after_an_error():
+    def f(x):
+        with torch.autocast("cpu", dtype=torch.bfloat16), torch.inference_mode():
+            y = x @ x
+        return y.view(-1, 7)  # raises for these sizes, after the switches
+    cf = ds.compile(f)
+    for _ in range(2):
+        with pytest.raises(RuntimeError):
+            cf(torch.randn(3, 3))
+        assert not torch.is_autocast_enabled("cpu") and not torch.is_inference_mode_enabled()
+        assert torch.is_grad_enabled()
