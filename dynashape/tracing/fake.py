@@ -52,6 +52,12 @@ class FakeTensor(torch.Tensor):
 
     __str__ = __repr__
 
+    def _use_count(self):  # not a torch function: the mode never sees it
+        from ..symbolic.userloc import user_location
+        from .errors import GraphBreak
+        raise GraphBreak("Tensor._use_count cannot be answered while tracing (it is the real tensor's)",
+                         user_location(), "What to do: read it outside the compiled function.")
+
     def __format__(self, spec):
         return self.__repr__()
 

@@ -83,6 +83,10 @@ class TracingMode(TorchFunctionMode):
                 return out
         if func in _DATA_READS:
             raise GraphBreak(_DATA_READS[func], user_location(), _ADVICE)
+        if func in _BREAKS and args and isinstance(args[0], FakeTensor):
+            raise GraphBreak(f"Tensor.{_BREAKS[func]} cannot be answered while tracing (it is the real tensor's, "
+                             "made when the compiled code runs)", user_location(),
+                             "What to do: read it outside the compiled function.")
         if func is torch._C._set_grad_enabled:
             return func(*args, **kwargs)
         if func in _DEVICE_PROPS and args and isinstance(args[0], FakeTensor):
@@ -225,6 +229,7 @@ for _name in ("is_floating_point", "is_complex", "is_signed", "element_size", "i
         if hasattr(_owner, _name):
             _META_QUERIES[getattr(_owner, _name)] = _dtype_query(getattr(T, _name))
 _META_QUERIES.update(tensor_attrs.HANDLERS)  # autograd and view history, the caller's tensor's flags
+_BREAKS = {f: n for f, n in tensor_attrs.breaks().items() if f not in _DATA_READS and f not in _META_QUERIES}
 
 
 def symbolic_strides(t: FakeTensor) -> tuple:

@@ -30,6 +30,9 @@ from .meta.common import prod
 T = torch.Tensor
 
 
+ESCAPE_ADVICE = "What to do: only compare grad_fn with None or read its name(), or read it outside the compiled function."
+
+
 class TracedGradFn:
     """`t.grad_fn` while tracing, where eager's is not None: its type name is eager's node's name
     (`MulBackward0`), `name()` too; anything else of it (hooks, `next_functions`) is a graph break, and
@@ -47,9 +50,11 @@ class TracedGradFn:
         return self._node_name
 
     def __getattr__(self, attr):
+        if attr.startswith("__"):  # stored in an object, pickled, copied: it would outlive the trace
+            raise GraphBreak("the grad_fn of a traced tensor is kept or passed on (it exists only while "
+                             "tracing)", user_location(), ESCAPE_ADVICE)
         raise GraphBreak(f"grad_fn.{attr} of a traced tensor (the autograd graph is built when the compiled "
-                         f"code runs)", user_location(),
-                         "What to do: only compare grad_fn with None, or read it outside the compiled function.")
+                         f"code runs)", user_location(), ESCAPE_ADVICE)
 
     def __repr__(self) -> str:
         return f"<{self._node_name or 'grad_fn'} (traced)>"
@@ -209,4 +214,82 @@ def _handlers() -> dict:
 
 HANDLERS = _handlers()
 
-__all__ = ["HANDLERS", "TracedGradFn", "traced_grad_fn"]
+
+# ------------------------------------------------------------------ the classification
+# Every attribute of torch.Tensor that is not a torch op, by class (see the module docstring). An
+# op is a name with an aten schema that returns tensors, or one listed under "op" (casts, Python
+# methods built on ops). `classify` says which; tests/tracing/test_tensor_attrs.py walks
+# dir(torch.Tensor) and compares each class's answers with eager's.
+_PYTHON = ("__class__ __dict__ __weakref__ __doc__ __module__ __annotations__ __delattr__ __dir__ "
+           "__getattribute__ __hash__ __init__ __init_subclass__ __new__ __setattr__ __sizeof__ "
+           "__subclasshook__ __torch_dispatch__ __torch_function__ _make_subclass _make_wrapper_subclass "
+           "_dtensor__new__ _fix_weakref _clear_non_serializable_cached_data as_subclass module_load __slotnames__")
+CLASSES: dict[str, str] = {}
+for _cls, _names in {
+    "python": _PYTHON,  # object machinery, not tensor state
+    "op": ("H T mH mT real imag data __abs__ __add__ __and__ __div__ __eq__ __floordiv__ __ge__ __getitem__ __gt__ "
+           "__iadd__ __idiv__ __ifloordiv__ __imod__ __imul__ __ipow__ __isub__ __itruediv__ __invert__ __iter__ "
+           "__le__ __lshift__ __lt__ __matmul__ __mod__ __mul__ __ne__ __neg__ __or__ __pos__ __pow__ __radd__ "
+           "__rand__ __rdiv__ __reversed__ __rfloordiv__ __rlshift__ __rmatmul__ __rmod__ __rmul__ __ror__ "
+           "__rpow__ __rrshift__ __rshift__ __rsub__ __rtruediv__ __rxor__ __setitem__ __sub__ __truediv__ "
+           "__xor__ __delitem__ acos acosh add add_ all angle any asin asinh atan atan2 atanh bfloat16 bool byte "
+           "cdouble ceil cfloat char copysign cos cosh dequantize div double eig eq erf erfc exp expm1 float floor "
+           "fmod frexp gcd ge gt half index int ipu isfinite isinf isnan ldexp le lgamma log log10 log1p long "
+           "lstsq lt lu mtia mul mul_ ne neg new new_tensor pow remainder retain_grad round select short sin "
+           "sinh solve sort split sqrt sub sum symeig tan tanh to_sparse_coo unique unsafe_split "
+           "unsafe_split_with_sizes values xpu"),
+    "shape": "shape ndim nbytes size dim ndimension numel nelement __len__ is_same_size",
+    "static": ("dtype layout device is_cpu is_cuda is_ipu is_maia is_meta is_mps is_mtia is_xla is_xpu is_vulkan "
+               "is_mkldnn is_nested is_quantized is_sparse is_sparse_csr itemsize volatile _has_symbolic_sizes_strides "
+               "_python_dispatch is_floating_point is_complex is_signed element_size get_device type dense_dim "
+               "sparse_dim _dimI _dimV _nnz is_coalesced is_distributed _is_zerotensor q_per_channel_axis q_scale "
+               "q_zero_point qscheme __array_priority__"),
+    "history": "is_leaf grad_fn requires_grad output_nr retains_grad _is_view _base _version",
+    "input": "is_inference is_conj is_neg is_pinned is_shared grad_dtype name",
+    "layout": "stride is_contiguous storage_offset dim_order",
+    "data": ("__bool__ __nonzero__ __int__ __long__ __index__ __float__ __complex__ __contains__ __array__ "
+             "__repr__ __str__ __format__ item tolist numpy allclose equal is_nonzero"),
+    "break": ("grad _grad _grad_fn _backward_hooks _post_accumulate_grad_hooks __cuda_array_interface__ _cdata "
+              "data_ptr const_data_ptr untyped_storage storage _typed_storage _use_count is_set_to backward "
+              "register_hook register_post_accumulate_grad_hook reinforce record_stream share_memory_ apply_ "
+              "map_ map2_ __dlpack__ __dlpack_c_exchange_api__ __deepcopy__ __reduce__ __reduce_ex__ "
+              "_reduce_ex_internal __getstate__ __setstate__ __array_wrap__ _view_func _view_func_unsafe "
+              "_rev_view_func_unsafe storage_type __dlpack_device__"),
+}.items():
+    for _n in _names.split():
+        CLASSES[_n] = _cls
+
+
+def _returns_tensors(name: str) -> bool:
+    """Whether `name` is an aten op with an overload returning tensors (a traced call)."""
+    op = getattr(torch.ops.aten, name, None)
+    if op is None:
+        return False
+    try:
+        return any("Tensor" in str(r.type) for ov in op.overloads() for r in getattr(op, ov)._schema.returns)
+    except Exception:  # noqa: BLE001  (not an op packet)
+        return False
+
+
+def breaks() -> dict:
+    """{the function the TracingMode sees when the attribute is read: its name} for the break class."""
+    out = {}
+    for name, cls in CLASSES.items():
+        attr = getattr(T, name, None) if cls == "break" else None
+        if attr is None:
+            continue
+        key = attr.__get__ if isinstance(attr, property) or type(attr).__name__ == "getset_descriptor" else attr
+        try:
+            out[key] = name
+        except TypeError:  # unhashable: never seen as a torch function
+            pass
+    return out
+
+
+def classify(name: str) -> str | None:
+    """The class of attribute `name` of torch.Tensor (None: not classified)."""
+    if name in CLASSES:
+        return CLASSES[name]
+    return "op" if _returns_tensors(name) else None
+
+__all__ = ["CLASSES", "HANDLERS", "TracedGradFn", "classify", "traced_grad_fn"]

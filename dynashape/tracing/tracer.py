@@ -27,6 +27,7 @@ from .inputs import TensorInput, ValueInput
 from .names import target_name
 from .meta.common import canonical_strides
 from .mode import _FACTORIES, TracingMode, symbolic_strides
+from .tensor_attrs import ESCAPE_ADVICE, TracedGradFn
 from .global_state import intercept_global_state
 from .state import tracing_scope
 from .speculate import data_guard, describe_condition, guard_text, random_op
@@ -669,6 +670,9 @@ class Tracer:
             return {k: self.to_ir(v) for k, v in value.items()}
         if isinstance(value, slice):
             return slice(self.to_ir(value.start), self.to_ir(value.stop), self.to_ir(value.step))
+        if isinstance(value, TracedGradFn):  # returned, printed, passed to an op: it exists only while tracing
+            raise GraphBreak("the grad_fn of a traced tensor is returned or passed on (it exists only while "
+                             "tracing)", user_location(), ESCAPE_ADVICE)
         return value
 
 

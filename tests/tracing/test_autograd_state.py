@@ -302,3 +302,23 @@ def test_the_callers_modes_are_restored_after_the_call_and_after_an_error():
             cf(torch.randn(3, 3))
         assert not torch.is_autocast_enabled("cpu") and not torch.is_inference_mode_enabled()
         assert torch.is_grad_enabled()
+
+
+def test_grad_fn_stored_or_printed_is_a_graph_break_not_a_trace_object():
+    store = []
+
+    def keep(x):
+        h = x * 2
+        store.append(h.grad_fn)
+        return h
+
+    def show(x):
+        h = x * 2
+        print(h.grad_fn)
+        return h
+
+    for fn in (keep, show):
+        cf = ds.compile(fn)
+        cf(leaf())
+        assert any("grad_fn" in b for b in cf.stats.graph_breaks)
+    assert store and all(type(g).__module__ != "dynashape.tracing.tensor_attrs" for g in store)
