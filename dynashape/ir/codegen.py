@@ -146,6 +146,7 @@ def generate(g: Graph, name: str = "forward") -> tuple[str, dict]:
             body += switches.before(n)
             body.append(node_statement(em, n, used_symbols))
         elif n.kind == "output":
+            body += switches.at_return()
             body.append(f"return {em.arg(n.args[0])}")
             continue
         dead = list(dies_at.get(i, ()))
@@ -174,7 +175,17 @@ class ModeSwitches:
         self.em = em
         self.grad = g.entry_grad  # None: assumed on (an exported program runs under the caller's mode)
         self.modes = g.entry_modes
-        self.grad_switched = self.mode_switched = False
+        self.grad_switched = self.mode_switched = self.exit_switched = False
+        # `torch.set_grad_enabled(False)` called as a function (not a block) outlives the call in eager
+        self.exit_grad = getattr(g, "exit_grad", None) if g.entry_grad is not None else None
+        self.entry_grad = g.entry_grad
+
+    def at_return(self) -> list[str]:
+        """Before the return: the grad mode eager leaves behind, when the function changed it for good."""
+        if self.exit_grad is None or self.exit_grad == self.entry_grad:
+            return []
+        self.exit_switched = True
+        return [f"_grad_exit = {self.exit_grad}"]
 
     def before(self, n: Node) -> list[str]:
         out = []
@@ -191,14 +202,16 @@ class ModeSwitches:
         return out
 
     def wrap(self, body: list[str]) -> list[str]:
-        if not (self.grad_switched or self.mode_switched):
+        if not (self.grad_switched or self.mode_switched or self.exit_switched):
             return body
-        head, tail = [], []
+        head, tail = ["_grad0 = torch.is_grad_enabled()"], []
         if self.mode_switched:
             head.append("_modes = None")
             tail.append("    _exit_modes(_modes)")
-        if self.grad_switched or self.mode_switched:
-            head.insert(0, "_grad0 = torch.is_grad_enabled()")
+        if self.exit_switched:  # on an error, the caller's mode (as a trace that fails restores it)
+            head.append("_grad_exit = _grad0")
+            tail.append("    torch._C._set_grad_enabled(_grad_exit)")
+        else:
             tail.append("    torch._C._set_grad_enabled(_grad0)")
         return head + ["try:"] + ["    " + b for b in body] + ["finally:"] + tail
 

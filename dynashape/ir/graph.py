@@ -95,6 +95,7 @@ class Graph:
         self.namespace: dict = {}  # names the sources of inputs read besides L: G (globals), C (closure)
         self.entry_grad: bool | None = None  # grad mode the code is entered with (guarded); None: assume on
         self.entry_modes = None  # inference mode and autocast it is entered with (guarded); None: both off
+        self.exit_grad: bool | None = None  # grad mode the traced function left behind (None: not known)
         self.modes_now = None  # () -> the modes a new call runs under (set while tracing)
 
     # ----------------------------------------------------------- building

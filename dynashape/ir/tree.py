@@ -64,7 +64,8 @@ def _code_statements(g: Graph, k: int, em: _Emitter, used_symbols, switches: Mod
             else:
                 out.append(_Stmt(node_statement(em, n, used_symbols), n.name, uses, pre=pre))
         elif n.kind == "output":
-            out.append(_Stmt(f"return {k}, {em.arg(n.args[0])}", None, uses, ret=True))
+            out.append(_Stmt(f"return {k}, {em.arg(n.args[0])}", None, uses, ret=True,
+                             pre="; ".join(switches.at_return())))
     return out
 
 
@@ -201,6 +202,7 @@ def generate_tree(paths: list[Graph], side_exit, name: str = "forward") -> tuple
     wrapped = ModeSwitches(paths[0], em)
     wrapped.grad_switched = any(sw.grad_switched for sw in switches)
     wrapped.mode_switched = any(sw.mode_switched for sw in switches)
+    wrapped.exit_switched = any(sw.exit_switched for sw in switches)
     body = [b[4:] for b in body]  # _merge indents by one level
     body = wrapped.wrap(body)
     return f"def {name}(L):\n" + "\n".join("    " + b for b in body) + "\n", em.ns

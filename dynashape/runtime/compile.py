@@ -304,6 +304,7 @@ class CompiledFunction:
                     state.environ(environ_reads)
                 finally:
                     state.restore()  # nothing of the trace stays in the user's objects
+                    torch._C._set_grad_enabled(grad)  # the compiled code starts from the entry's mode
         except (GraphBreak, DataDependentError) as e:
             torch._C._set_grad_enabled(grad)
             return self._graph_break(e, tracer, env, modules, grad, args, kwargs, state)

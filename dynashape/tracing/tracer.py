@@ -254,6 +254,7 @@ class Tracer:
         """`finish(out)` -> the graph's output value (default: `to_ir(out)`)."""
         with tracing_scope(self), intercept_global_state(self), TracingMode(self):
             out = fn(*args, **kwargs)
+        self.graph.exit_grad = torch.is_grad_enabled()  # `torch.set_grad_enabled(False)` outlives the call
         if self.mutates_input:
             self._refuse_shared_memory()
         self._emit_pending_asserts()

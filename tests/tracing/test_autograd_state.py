@@ -322,3 +322,25 @@ def test_grad_fn_stored_or_printed_is_a_graph_break_not_a_trace_object():
         cf(leaf())
         assert any("grad_fn" in b for b in cf.stats.graph_breaks)
     assert store and all(type(g).__module__ != "dynashape.tracing.tensor_attrs" for g in store)
+
+
+def test_set_grad_enabled_called_as_a_function_outlives_the_call_as_in_eager():
+    def off(x):
+        torch.set_grad_enabled(False)
+        return x * 2
+
+    def off_and_on(x):
+        torch.set_grad_enabled(False)
+        y = x * 2
+        torch.set_grad_enabled(True)
+        return y
+
+    for fn in (off, off_and_on):
+        cf = ds.compile(fn)
+        for _ in range(3):
+            torch.set_grad_enabled(True)
+            want = (fn(leaf()).requires_grad, torch.is_grad_enabled())
+            torch.set_grad_enabled(True)
+            got = (cf(leaf()).requires_grad, torch.is_grad_enabled())
+            torch.set_grad_enabled(True)
+            assert got == want, fn.__name__
