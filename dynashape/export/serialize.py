@@ -133,6 +133,8 @@ def _enc_graph(enc: Encoder, g: Graph) -> list:
             j.update(target=target_label(n), args=enc.value(tuple(n.args), where),
                      kwargs=enc.value(dict(n.kwargs), where), meta=enc.meta(n.meta, where),
                      grad_enabled=bool(n.grad_enabled), location=_enc_loc(n.location))
+            if n.modes is not None:  # inference mode / autocast inside the program
+                j["modes"] = enc.value(n.modes, where)
         elif n.kind == "output":
             j["value"] = enc.value(n.args[0], where)
         else:
@@ -300,8 +302,11 @@ def _dec_graph(dec: Decoder, nodes: list) -> Graph:
                   f"{what}: bad keyword argument names")
             grad = j.get("grad_enabled")
             want(isinstance(grad, bool), f"{what}: bad grad mode")
+            modes = dec.value(j["modes"], what) if "modes" in j else None
+            want(modes is None or (isinstance(modes, tuple) and len(modes) == 2 and isinstance(modes[0], bool)),
+                 f"{what}: bad modes")
             n = g.call(target, args, kwargs, dec.meta(j.get("meta"), what), _dec_loc(j.get("location")), grad,
-                       name_hint=name)
+                       name_hint=name, modes=modes)
         elif kind == "output":
             n = g.output(dec.value(j.get("value"), what))
         else:

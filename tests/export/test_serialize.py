@@ -366,3 +366,26 @@ def test_a_program_json_of_many_tiny_containers_is_refused_before_parsing():
     with pytest.raises(LoadError, match="lists and objects"):
         ds.load(io.BytesIO(blob))
     assert time.monotonic() - t < 2.0
+
+
+def test_autocast_and_inference_mode_blocks_survive_save_and_load(tmp_path):
+    class M(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(4, 4)
+
+        def forward(self, x):
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                y = self.lin(x)
+            with torch.inference_mode():
+                z = x * 2
+            return y.relu(), z
+
+    m, x = M(), torch.randn(3, 4)
+    ep = ds.export(m, (x,))
+    path = tmp_path / "m.ds"
+    ds.save(ep, str(path))
+    for prog in (ep, ds.load(str(path))):
+        (y, z), (wy, wz) = prog(x), m(x)
+        assert y.dtype == wy.dtype == torch.bfloat16 and z.is_inference() == wz.is_inference()
+        torch.testing.assert_close(y, wy)
