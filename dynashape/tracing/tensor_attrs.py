@@ -77,11 +77,12 @@ def _input(mode, t):
     return mode.tracer.input_of(t)
 
 
-def _own(mode, t):
+def _own(mode, t, viewness: bool = True):
     """The fake whose history is `t`'s: the tensor an op returned as it is (eager returns that object),
-    after guarding the layouts that made the op return it rather than a copy."""
+    after guarding the layouts that made the op return it rather than a copy. `viewness`: the answer
+    also depends on whether reshape & co made a view or a copy (grad_fn, _is_view, _base, _version)."""
     same = getattr(t, "ds_same_as", None)
-    layout_dependent = same is not None or getattr(t, "ds_view_or_copy", False)
+    layout_dependent = same is not None or (viewness and getattr(t, "ds_view_or_copy", False))
     if layout_dependent:  # reshape/contiguous/to...: a view, a copy or the input itself, by layout
         mode.tracer.observe_strides(t, exact=False)
     return same if same is not None else t
@@ -95,7 +96,7 @@ def _fact(mode, t, attr: str):
 
 # ------------------------------------------------------------------ history
 def q_is_leaf(mode, t):
-    t = _own(mode, t)
+    t = _own(mode, t, viewness=False)
     if _input(mode, t) is not None:
         return _fact(mode, t, "is_leaf")
     if getattr(t, "ds_grad_fn", None) is not None:
@@ -115,7 +116,7 @@ def q_grad_fn(mode, t):
 
 
 def q_output_nr(mode, t):
-    t = _own(mode, t)
+    t = _own(mode, t, viewness=False)
     if _input(mode, t) is not None:
         return _fact(mode, t, "output_nr")
     if getattr(t, "ds_grad_fn", None) is not None:
@@ -124,7 +125,7 @@ def q_output_nr(mode, t):
 
 
 def q_retains_grad(mode, t):
-    t = _own(mode, t)
+    t = _own(mode, t, viewness=False)
     if _input(mode, t) is not None:
         return _fact(mode, t, "retains_grad")
     return T.retains_grad.__get__(t)
