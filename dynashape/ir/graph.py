@@ -98,6 +98,14 @@ class Graph:
         self.exit_grad: bool | None = None  # grad mode the traced function left behind (None: not known)
         self.modes_now = None  # () -> the modes a new call runs under (set while tracing)
 
+    def empty_like(self) -> "Graph":
+        """A new graph entered and left as this one is (namespace, grad mode and modes at entry, grad
+        mode at exit), for passes that rebuild the nodes."""
+        g = Graph()
+        g.namespace.update(self.namespace)
+        g.entry_grad, g.entry_modes, g.exit_grad = self.entry_grad, self.entry_modes, self.exit_grad
+        return g
+
     # ----------------------------------------------------------- building
     def _fresh(self, hint: str) -> str:
         base = "".join(c if c.isalnum() or c == "_" else "_" for c in hint).strip("_") or "v"

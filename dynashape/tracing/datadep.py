@@ -175,8 +175,27 @@ def setitem(tr, func, args, kwargs):
     if _bool_mask(index) is None:
         return NOT_MINE
     # in place, shape unchanged: no meta run (it would need the mask's data)
+    tr.note_inplace(func, args, kwargs)
+    _setitem_history(x, value)
     tr._record(func, args, kwargs, None, [], x.ds_device)
     return None
+
+
+def _setitem_history(x, value) -> None:
+    """What `x[mask] = value` does to `x`'s autograd state and version in eager, done on the meta
+    tensor by an in-place op of the same effect: one version bump; under grad mode, when `x` or
+    `value` requires grad, `x` is then a non-leaf (IndexPutBackward0) that requires grad, and a leaf
+    that requires grad raises as eager raises."""
+    src = value if isinstance(value, torch.Tensor) and value.requires_grad and torch.is_grad_enabled() else None
+    if src is not None:
+        x.add_(src.sum().to(x.dtype).mul(0))
+    elif x.requires_grad and torch.is_grad_enabled():
+        x.mul_(1)
+    else:
+        with torch.no_grad():
+            x.copy_(x)
+        return
+    x.ds_grad_fn = "IndexPutBackward0"
 
 
 def unique(tr, func, args, kwargs):

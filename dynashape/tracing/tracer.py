@@ -328,16 +328,24 @@ class Tracer:
                 self.env.guard_int(sym)
         return meta
 
+    def note_inplace(self, func, args, kwargs) -> None:
+        """An in-place op (or `out=`, or setitem) is being recorded: what it changes may be an input's
+        memory, which decides aliasing guards and whether the call may be re-run from its start."""
+        if not _is_inplace(func, kwargs):
+            return
+        self.mutates = True
+        changed = kwargs.get("out") if kwargs.get("out") is not None else (args[0] if args else None)
+        for t in _tensors(changed):  # its grad_fn is now the in-place op's, which the meta run records
+            t.__dict__.pop("ds_grad_fn", None)
+        if any(getattr(t, "ds_may_alias", True) for t in _tensors(changed)):
+            self.mutates_input = True  # (maybe) an input's memory: aliasing between inputs matters
+            if not self.visible_effects:  # the first is why a side exit could not re-run the call
+                self.visible_effects.append(f"{_fname(func)} changes an input (or a tensor that may share "
+                                            f"its memory) in place at {user_location()}")
+
     def call_op(self, func, rule, args, kwargs):
         args, kwargs = _map((args, kwargs), self._lift_leaf)
-        if _is_inplace(func, kwargs):
-            self.mutates = True
-            changed = kwargs.get("out") if kwargs.get("out") is not None else (args[0] if args else None)
-            if any(getattr(t, "ds_may_alias", True) for t in _tensors(changed)):
-                self.mutates_input = True  # (maybe) an input's memory: aliasing between inputs matters
-                if not self.visible_effects:  # the first is why a side exit could not re-run the call
-                    self.visible_effects.append(f"{_fname(func)} changes an input (or a tensor that may share "
-                                                f"its memory) in place at {user_location()}")
+        self.note_inplace(func, args, kwargs)
         meta_args, meta_kwargs, device = self._meta_args(func, args, kwargs)
         try:
             amp = autocast.active_for(args, kwargs)

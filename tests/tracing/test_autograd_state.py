@@ -353,3 +353,34 @@ def test_is_leaf_of_a_reshape_does_not_specialize_sizes():
         return h * 2 if h.is_leaf else h * 3
     cf = same_as_eager(f, lambda k: (leaf(3 + k),), modes=(True,))
     assert cf.stats.compiles == 1
+
+
+def test_masked_assignment_gives_eagers_autograd_state_and_version():
+    def f(x, w):
+        h = torch.zeros(x.shape)
+        v0 = h._version
+        h[x > 0] = w
+        g = x * 1
+        g[g > 0] = 0.0
+        return h, h.requires_grad, h.is_leaf, type(h.grad_fn).__name__, h._version - v0, type(g.grad_fn).__name__
+    same_as_eager(f, lambda k: (torch.linspace(-1, 1, 4 + k).requires_grad_(), torch.tensor(2.0, requires_grad=True)))
+
+
+def test_masked_assignment_to_an_input_then_a_data_read_keeps_the_assignments_gradient():
+    # speculation re-ran the graph on the real input, assignment included (setitem skipped the in-place
+    # bookkeeping): the caller's tensor was changed under no_grad and the gradient went through it
+    def f(y):
+        y[y > 0] = 0.0
+        if (y > 0).any():
+            return y * 1
+        return y * 2
+
+    for mode in MODES:
+        cf = ds.compile(f, dynamic=mode)
+        grads = []
+        for h in (f, cf):
+            w = torch.tensor([1.0, -1.0, 2.0], requires_grad=True)
+            y = w.clone()
+            (h(y) * 2 + y * 3).sum().backward()
+            grads.append(w.grad)
+        torch.testing.assert_close(grads[1], grads[0])

@@ -335,9 +335,7 @@ def rewrite(g: Graph, rts: list) -> Graph:
     """The graph with each region replaced by one call of its wrapper (and item reads)."""
     last = {rt.region.nodes[-1]: rt for rt in rts}
     member = {n for rt in rts for n in rt.region.nodes}
-    g2 = Graph()
-    g2.namespace.update(g.namespace)
-    g2.entry_grad, g2.entry_modes = g.entry_grad, g.entry_modes
+    g2 = g.empty_like()
     new: dict = {}
 
     def m(a):

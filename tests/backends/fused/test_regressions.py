@@ -252,3 +252,22 @@ def test_a_call_reading_a_graph_value_that_is_not_a_tensor_stays_a_torch_call():
     ln = g.call(F.layer_norm, (x, size), {}, TensorMeta((4, 8), torch.float32, False))
     assert ops.arg(ln, 1, "normalized_shape") == (8,)  # read as its elements
     assert ops.family(ln) is None  # but the region would have to take `size` as an argument
+
+
+def test_grad_mode_the_function_leaves_behind_survives_a_fused_rewrite():
+    # the fused rewrite built a new graph without the grad mode the function leaves on return
+    def f(y):
+        torch.set_grad_enabled(False)
+        h = y.exp().clamp(max=10)  # a fused region
+        torch.set_grad_enabled(True)
+        return h
+
+    for outer in (True, False):
+        cf = ds.compile(f, backend="fused")
+        for _ in range(2):
+            torch.set_grad_enabled(outer)
+            want = (f(torch.randn(3, 4)), torch.is_grad_enabled())
+            torch.set_grad_enabled(outer)
+            got = (cf(torch.randn(3, 4)), torch.is_grad_enabled())
+            torch.set_grad_enabled(True)
+            assert got[1] == want[1]
