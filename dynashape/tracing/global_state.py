@@ -121,6 +121,18 @@ def _min_max(name, sym_fn):
     return fn
 
 
+_FUNCTION_APPLY = torch.autograd.Function.__dict__["apply"]  # a classmethod: kept as one when patched
+
+
+def _function_apply(cls, *args, **kwargs):
+    """`MyFunction.apply(x)` while this thread traces: its forward runs with grad off and its own
+    backward would be lost if its ops were recorded as plain calls, so the call runs eagerly."""
+    if getattr(_local, "handlers", None):
+        raise GraphBreak(f"torch.autograd.Function {cls.__name__}.apply (its custom backward is not traced)",
+                         user_location(), "The call runs eagerly, with the Function's own backward.")
+    return _FUNCTION_APPLY.__func__(cls, *args, **kwargs)
+
+
 @contextlib.contextmanager
 def intercept_global_state(tracer):
     global _users
@@ -135,6 +147,7 @@ def intercept_global_state(tracer):
                 if current is not _ROUTERS[key]:  # what is there now (the user may have wrapped it)
                     _ORIGINAL[key] = current
                 setattr(owner, name, _ROUTERS[key])
+            torch.autograd.Function.apply = classmethod(_function_apply)
         _users += 1
     try:
         yield
@@ -145,3 +158,4 @@ def intercept_global_state(tracer):
             if _users == 0:
                 for owner, name, key in _POINTS:
                     setattr(owner, name, _ORIGINAL[key])
+                torch.autograd.Function.apply = _FUNCTION_APPLY

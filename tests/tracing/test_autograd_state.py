@@ -384,3 +384,32 @@ def test_masked_assignment_to_an_input_then_a_data_read_keeps_the_assignments_gr
             (h(y) * 2 + y * 3).sum().backward()
             grads.append(w.grad)
         torch.testing.assert_close(grads[1], grads[0])
+
+
+class _Square(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x * x
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        return 3 * x * g  # deliberately not the true derivative: the custom backward must run
+
+
+def test_a_custom_autograd_function_keeps_its_backward():
+    # its forward ran with grad off and was recorded as plain calls: the output lost autograd
+    def f(x, w):
+        return _Square.apply(x) + x * w
+
+    for mode in MODES:
+        cf = ds.compile(f, dynamic=mode)
+        got = []
+        for fn in (f, cf):
+            x, w = torch.tensor([1.0, 2.0], requires_grad=True), torch.tensor([0.5, 0.5], requires_grad=True)
+            fn(x, w).sum().backward()
+            got.append((x.grad.tolist(), w.grad.tolist()))
+        assert got[0] == got[1]
+        assert any("_Square.apply" in b for b in cf.stats.graph_breaks)
+    assert torch.autograd.Function.__dict__["apply"].__func__.__name__ == "apply"  # unpatched after tracing
