@@ -40,13 +40,17 @@ bench: $(STAMP)
 
 # The soundness fuzzer with a random seed (or FUZZ_SEED=...): failing programs, original and
 # reduced, go to fuzz-failures/seed-<seed>/ as standalone scripts.
-# FUZZ_BACKEND=fused compiles every program with the fused backend (kernels built before each call).
+# By default every third program compiles with the fused backend (kernels built before each call
+# returns, so they are judged), the others with the eager one; FUZZ_BACKEND=eager|fused forces one.
+# FUZZ_MODE=train: training programs (inputs that require grad; outputs, flags and every .grad
+# compared after backward, under a call phase per program), to fuzz-failures/seed-<seed>-train/.
 FUZZ_MINUTES ?= 10
 FUZZ_SEED ?=
 FUZZ_BACKEND ?=
+FUZZ_MODE ?=
 fuzz: $(STAMP)
 	$(BIN)/python -m tests.fuzz --minutes $(FUZZ_MINUTES) $(if $(FUZZ_SEED),--seed $(FUZZ_SEED)) \
-	  $(if $(FUZZ_BACKEND),--backend $(FUZZ_BACKEND))
+	  $(if $(FUZZ_BACKEND),--backend $(FUZZ_BACKEND)) $(if $(FUZZ_MODE),--mode $(FUZZ_MODE))
 
 clean:
 	rm -rf $(VENV)

@@ -4,8 +4,8 @@ import os
 import random
 import sys
 
-from .driver import fuzz
-from .run import use_backend
+from .driver import MIXED, fuzz
+from .phases import PHASES
 
 
 def main(argv=None) -> int:
@@ -16,35 +16,44 @@ def main(argv=None) -> int:
     ap.add_argument("--reduce-seconds", type=float, default=20.0, help="time limit per reduction")
     ap.add_argument("--exclude", default=os.environ.get("FUZZ_EXCLUDE") or None,
                     help="regex: statements not to generate, to look past known bugs (e.g. '>>|&|chunk')")
-    ap.add_argument("--backend", choices=("eager", "fused"), default=os.environ.get("FUZZ_BACKEND", "eager"),
-                    help="the backend programs compile with (fused: kernels built before each call returns)")
+    ap.add_argument("--mode", choices=("infer", "train"), default=os.environ.get("FUZZ_MODE") or "infer",
+                    help="train: float inputs that require grad, outputs and every leaf's .grad compared "
+                         "after backward, under a call phase per program")
+    ap.add_argument("--phase", choices=tuple(PHASES), default=None,
+                    help="training: every program under this call phase (default: one picked per program)")
+    ap.add_argument("--backend", choices=("eager", "fused"), default=os.environ.get("FUZZ_BACKEND") or None,
+                    help="compile every program with this backend (fused: kernels built before each call "
+                         "returns); default: every third program fused, the others eager")
     ap.add_argument("--reduce", metavar="SCRIPT", nargs="+",
                     help="re-run and shrink failing scripts written earlier (to SCRIPT.reduced.py)")
     args = ap.parse_args(argv)
-    use_backend(args.backend)
     if args.reduce:
         return _reduce_scripts(args.reduce, args.reduce_seconds)
     seed = args.seed if args.seed is not None else random.SystemRandom().getrandbits(32)
     seconds = args.minutes * 60
-    out = os.path.join(args.out, f"seed-{seed}")
-    print(f"fuzz: seed {seed}, {args.minutes:g} min, backend {args.backend}, failing programs go to {out}/", flush=True)
+    out = os.path.join(args.out, f"seed-{seed}" + ("-train" if args.mode == "train" else ""))
+    backends = (args.backend,) if args.backend else MIXED
+    split = args.backend or f"{MIXED.count('eager')} eager : {MIXED.count('fused')} fused"
+    print(f"fuzz: seed {seed}, {args.minutes:g} min, mode {args.mode}, backend {split}, "
+          f"failing programs go to {out}/", flush=True)
     rep = fuzz(seed, seconds, out_dir=out, reduce_s=args.reduce_seconds, reserve_s=min(120.0, seconds * 0.1),
-               exclude=args.exclude, log=lambda m: print(m, flush=True))
+               exclude=args.exclude, log=lambda m: print(m, flush=True), mode=args.mode, backends=backends,
+               phase=args.phase)
     print(rep.summary())
-    print(f"programs {rep.programs}, calls {rep.calls}, failures {rep.failures} "
-          f"({len(rep.distinct)} distinct), seed {seed}, backend {args.backend}, duration {rep.seconds:.0f} s")
-    if args.backend == "fused":  # kernels were really used (not only eager fallbacks); failures: regions left to torch
+    print(f"programs {rep.programs}, calls {rep.calls}, failures {rep.failures} ({len(rep.distinct)} distinct), "
+          f"seed {seed}, mode {args.mode}, backend {split}, duration {rep.seconds:.0f} s")
+    if "fused" in backends:  # kernels were really built (not only eager fallbacks); failures: regions left to torch
         from dynashape.backends.fused import counters
-        print("fused kernels: " + ", ".join(f"{k} {v}" for k, v in counters.items()))
+        print(f"fused kernels ({rep.backends.get('fused', 0)} programs): "
+              + ", ".join(f"{k} {v}" for k, v in counters.items()))
     return 1 if rep.failures else 0
 
 
 def _reduce_scripts(paths, seconds) -> int:
-    from .reduce import load_script, reduce, script
-    from .run import check_program
+    from .reduce import load_script, recheck, reduce, script
     for path in paths:
-        prog, calls, mode = load_script(path)
-        fails = check_program(prog, calls, modes=(mode,))
+        case = load_script(path)
+        fails = recheck(case, case.program, case.calls)
         if not fails:
             print(f"{path}: no failure now")
             continue

@@ -1,6 +1,7 @@
 """The fuzzing loop: generate, run, deduplicate, reduce, write out.
 
     python -m tests.fuzz --minutes 10 --seed 123 --out fuzz-failures
+    python -m tests.fuzz --mode train --minutes 4      # training programs (train.py)
 """
 from __future__ import annotations
 
@@ -11,8 +12,13 @@ import time
 from dataclasses import dataclass, field
 
 from .gen import generate
+from .gen_train import generate_train
 from .reduce import reduce, script
 from .run import Failure, check_program, random_calls
+from .train import check_train_program, pick_phase
+
+MIXED = ("eager", "eager", "fused")  # the default: every third program judges the fused kernels
+CALLS = {"infer": (15, 24), "train": (6, 12)}  # calls per program (a training call also runs backward)
 
 
 @dataclass
@@ -25,12 +31,18 @@ class Report:
     cpu_seconds: float = 0.0  # this process's CPU time: throughput on a shared machine
     fuzz_seconds: float = 0.0  # running programs, before reducing the failures
     distinct: dict = field(default_factory=dict)  # key -> [reduced Failure, how many times seen]
+    mode: str = "infer"  # or "train"
+    backends: dict = field(default_factory=dict)  # backend -> programs compiled with it
+    phases: dict = field(default_factory=dict)  # training: phase -> programs
 
     def summary(self) -> str:
         rate = self.programs / self.fuzz_seconds if self.fuzz_seconds else 0.0
-        lines = [f"fuzz: seed {self.seed}, {self.programs} programs ({rate:.1f}/s, 3 modes each), "
-                 f"{self.calls} compiled calls, {self.failures} failures, {len(self.distinct)} distinct, "
-                 f"{self.seconds:.0f} s ({self.cpu_seconds:.0f} s CPU)"]
+        lines = [f"fuzz{' (training)' if self.mode == 'train' else ''}: seed {self.seed}, {self.programs} programs "
+                 f"({rate:.1f}/s, 3 modes each), {self.calls} compiled calls, {self.failures} failures, "
+                 f"{len(self.distinct)} distinct, {self.seconds:.0f} s ({self.cpu_seconds:.0f} s CPU)",
+                 "  programs by backend: " + ", ".join(f"{b} {n}" for b, n in self.backends.items())]
+        if self.phases:
+            lines.append("  programs by phase: " + ", ".join(f"{p} {n}" for p, n in self.phases.items()))
         for key, (f, count) in self.distinct.items():
             lines.append(f"  [{count}x] {f.headline()}")
         return "\n".join(lines)
@@ -57,11 +69,16 @@ def skeleton(f: Failure) -> tuple:
 
 
 def fuzz(seed: int, seconds: float, *, out_dir: str | None = None, reduce_s: float = 20.0, max_reduce: int = 40,
-         reserve_s: float = 0.0, calls_per_program=(15, 24), exclude: str | None = None, log=print) -> Report:
+         reserve_s: float = 0.0, calls_per_program=None, exclude: str | None = None, log=print, mode: str = "infer",
+         backends: tuple | None = None, phase: str | None = None) -> Report:
     """Run random programs for `seconds` (the last `reserve_s` are kept for reducing, if anything failed).
-    `exclude`: a regex of statements not to generate (to look past a known, frequent bug)."""
+    `exclude`: a regex of statements not to generate (to look past a known, frequent bug).
+    mode: "infer" or "train" (training programs, each under a call phase: `phase`, or one picked per program).
+    backends: program i compiles with backends[i % len(backends)] ("eager", or "fused" with its kernels
+    built before each call returns); None: as configured."""
     rng = random.Random(seed)
-    rep = Report(seed)
+    rep = Report(seed, mode=mode)
+    calls_per_program = calls_per_program or CALLS[mode]
     stats = {"calls": 0}
     start, cpu0 = time.monotonic(), time.process_time()
     found: list[Failure] = []
@@ -76,10 +93,20 @@ def fuzz(seed: int, seconds: float, *, out_dir: str | None = None, reduce_s: flo
                 log(f"  {time.monotonic() - start:.0f} s: {rep.programs} programs, {rep.failures} failures, "
                     f"{len(keys)} kinds")
             pseed = rng.getrandbits(48)
-            prog = generate(pseed, exclude, data_branches=True)
-            calls = random_calls(pseed, prog, rng.randint(*calls_per_program))
+            backend = backends[rep.programs % len(backends)] if backends else None
+            rep.backends[backend or _configured()] = rep.backends.get(backend or _configured(), 0) + 1
+            if mode == "train":
+                prog = generate_train(pseed, exclude)
+                calls = random_calls(pseed, prog, rng.randint(*calls_per_program))
+                p = phase or pick_phase(pseed)
+                rep.phases[p] = rep.phases.get(p, 0) + 1
+                fails = check_train_program(prog, calls, p, stats=stats, backend=backend)
+            else:
+                prog = generate(pseed, exclude, data_branches=True)
+                calls = random_calls(pseed, prog, rng.randint(*calls_per_program))
+                fails = check_program(prog, calls, stats=stats, backend=backend)
             rep.programs += 1
-            for f in check_program(prog, calls, stats=stats):
+            for f in fails:
                 rep.failures += 1
                 k = key_of(f)
                 keys[k] = keys.get(k, 0) + 1
@@ -114,8 +141,15 @@ def fuzz(seed: int, seconds: float, *, out_dir: str | None = None, reduce_s: flo
     return rep
 
 
+def _configured() -> str:
+    import dynashape as ds
+    return ds.config.backend + (" (kernels built in the background)" if ds.config.backend == "fused"
+                                and not ds.config.fused_sync else "")
+
+
 def _write(out_dir: str, i: int, orig: Failure, red: Failure) -> None:
-    stem = f"{i:03d}-{red.kind}{'-' + red.exc.replace('->', '-to-') if red.exc else ''}"
+    stem = f"{i:03d}-{red.kind}{'-' + red.exc.replace('->', '-to-') if red.exc else ''}" + \
+        (f"-{red.phase}" if red.phase else "")
     with open(os.path.join(out_dir, stem + ".py"), "w") as fh:
         fh.write(script(red))
     with open(os.path.join(out_dir, stem + ".orig.py"), "w") as fh:

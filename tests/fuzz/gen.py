@@ -33,6 +33,7 @@ class Input:
     name: str
     kind: str  # "float" (float32 tensor), "mask" (bool tensor), "int" / "scalar" (a Python int / float argument)
     dims: tuple = ()  # dim variables ("A") or int constants; a tensor's shape per call
+    grad: str = ""  # training mode, float inputs: "leaf" requires grad; "mul" / "clone": `leaf * 1` / `leaf.clone()`
 
 
 @dataclass
@@ -48,11 +49,14 @@ class Program:
     body: list
     ret: list  # expressions returned as a tuple
     name: str = "f"
+    prelude: str = ""  # module-level code the body uses (training: a custom autograd.Function)
 
     def source(self) -> str:
         args = ", ".join(i.name for i in self.inputs)
-        lines = ["import math", "import torch", "import torch.nn.functional as F", "", "",
-                 f"def {self.name}({args}):"]
+        lines = ["import math", "import torch", "import torch.nn.functional as F", "", ""]
+        if self.prelude:
+            lines += [self.prelude.rstrip(), "", ""]
+        lines.append(f"def {self.name}({args}):")
         for s in self.body:
             lines += ["    " + ln for ln in s.lines]
         lines.append(f"    return ({', '.join(self.ret)}{',' if len(self.ret) == 1 else ''})")
@@ -324,6 +328,7 @@ DATA_BRANCHES = TEMPLATES + [(_data_branch, 1)]  # the driver's mix: also branch
 class Generator:
     def __init__(self, seed: int, n_refs: int = 3, exclude: str | None = None, templates=None):
         self.templates = templates or TEMPLATES
+        self.globals = {"torch": torch, "F": F, "math": math}  # what candidate statements run with
         self.rng = random.Random(seed)
         self.n_refs = n_refs
         self.exclude = re.compile(exclude) if exclude else None  # statements to leave out (known bugs)
@@ -350,6 +355,22 @@ class Generator:
     # -- program
     def program(self) -> Program:
         rng = self.rng
+        self.inputs = self._inputs()
+        self.refs = self._refs()
+        self.tensors = [i.name for i in self.inputs if i.kind in ("float",)]
+        self.ints = ["n"]
+        body = []
+        want = rng.randint(5, 15)
+        tries = 0
+        while len(body) < want and tries < want * 12:
+            tries += 1
+            stmt = self._candidate(len(body))
+            if stmt is not None:
+                body.append(stmt)
+        return Program(self.inputs, body, self._returns(body))
+
+    def _inputs(self) -> list:
+        rng = self.rng
         rank = rng.choice([1, 2, 2, 3, 3, 4])
         xd = tuple(rng.sample(DIMS, rank))
         y_kind = rng.choice(["same", "bcast", "trailing", "matmul", "other", "vector"])
@@ -365,28 +386,29 @@ class Generator:
             yd = (rng.choice(DIMS),) + xd[1:]
         else:
             yd = (rng.choice(DIMS),)
-        self.inputs = [Input("x", "float", xd), Input("y", "float", yd)]
+        inputs = [Input("x", "float", xd), Input("y", "float", yd)]
         self.has_mask = rng.random() < 0.3
         if self.has_mask:
-            self.inputs.append(Input("m", "mask", xd))
-        self.inputs.append(Input("n", "int"))
+            inputs.append(Input("m", "mask", xd))
+        inputs.append(Input("n", "int"))
         self.has_scalar = rng.random() < 0.3
         if self.has_scalar:
-            self.inputs.append(Input("a", "scalar"))
-        self.refs = []
+            inputs.append(Input("a", "scalar"))
+        return inputs
+
+    def _refs(self) -> list:
+        """The reference environments (name -> value) candidates are validated on."""
+        refs = []
         for k in range(self.n_refs):
-            c = Call({d: rng.choice(REF_SIZES) for d in DIMS}, rng.randint(1, 6), 1000 + k, False, 1.5 + k)
-            self.refs.append(dict(zip([i.name for i in self.inputs], make_inputs(self.inputs, c))))
-        self.tensors = [i.name for i in self.inputs if i.kind in ("float",)]
-        self.ints = ["n"]
-        body = []
-        want = rng.randint(5, 15)
-        tries = 0
-        while len(body) < want and tries < want * 12:
-            tries += 1
-            stmt = self._candidate(len(body))
-            if stmt is not None:
-                body.append(stmt)
+            c = Call({d: self.rng.choice(REF_SIZES) for d in DIMS}, self.rng.randint(1, 6), 1000 + k, False, 1.5 + k)
+            refs.append(dict(zip([i.name for i in self.inputs], self._make_inputs(c))))
+        return refs
+
+    def _make_inputs(self, call: Call) -> list:
+        return make_inputs(self.inputs, call)
+
+    def _returns(self, body: list) -> list:
+        rng = self.rng
         tensors = [s.out for s in body if s.out in self.tensors]
         ret = [tensors[-1]] if tensors else ["x"]
         extra = [v for v in self.tensors + self.ints if v not in ret]
@@ -398,7 +420,7 @@ class Generator:
                                 f"{t}.storage_offset()", f"{t}.is_contiguous()", f"{t}.numel()", f"{t}.dim()"])
             if self.exclude is None or not self.exclude.search(extra):
                 ret.append(extra)
-        return Program(self.inputs, body, ret)
+        return ret
 
     def _candidate(self, i: int) -> Stmt | None:
         fn = self.rng.choices([t for t, _ in self.templates], [w for _, w in self.templates])[0]
@@ -423,9 +445,9 @@ class Generator:
         for env in self.refs:
             env2 = dict(env)
             try:
-                with warnings.catch_warnings():
+                with warnings.catch_warnings(), torch.enable_grad():  # a statement may turn grad mode off
                     warnings.simplefilter("ignore")
-                    exec(compiled, {"torch": torch, "F": F, "math": math}, env2)
+                    exec(compiled, self.globals, env2)
             except Exception:
                 return None
             v = env2[out]

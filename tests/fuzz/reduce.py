@@ -5,24 +5,35 @@ under the mode it failed in. The reducer drops calls before the failing one,
 statements (a dropped statement's name is replaced by its main operand),
 `if` blocks (kept to one branch), returned values, unused inputs, constants,
 and shrinks the failing call's sizes, each step kept only if the program still
-fails with the same signature.
+fails with the same signature. A training failure keeps its backend and tries the
+plain phase, simpler input grads (a leaf for `leaf * 1`) and grad-mode blocks unwrapped.
 """
 from __future__ import annotations
 
 import copy
+import inspect
 import re
 import time
 
 import dynashape as ds
 
 from .gen import SIZES, Program, Stmt
-from .run import Failure, check_program, use_backend
+from .run import Failure, check_program
+from .train import check_train_program
+
+
+def recheck(f: Failure, prog: Program, calls: list) -> list:
+    """The failures of `prog` on `calls` under `f`'s mode, backend and (training) phase."""
+    if f.phase:
+        return check_train_program(prog, calls, f.phase, modes=(f.mode,), backend=f.backend or None)
+    return check_program(prog, calls, modes=(f.mode,), backend=f.backend or None)
 
 
 class Reducer:
     def __init__(self, failure: Failure, budget_s: float = 20.0):
         self.sig = failure.signature()
         self.mode = failure.mode
+        self.case = copy.copy(failure)  # mode, phase and backend of the checks
         self.prog = copy.deepcopy(failure.program)
         self.calls = copy.deepcopy(failure.calls[: failure.call + 1])
         self.deadline = time.monotonic() + budget_s
@@ -39,7 +50,7 @@ class Reducer:
             return False
         if not _defined_before_use(prog):
             return False
-        for f in check_program(prog, calls, modes=(self.mode,)):
+        for f in recheck(self.case, prog, calls):
             if f.signature() == self.sig:
                 self.last = f
                 return True
@@ -55,10 +66,13 @@ class Reducer:
         if not self.fails(self.prog, self.calls):  # flaky: keep the original
             return self.last
         self._calls()
+        self._phase()
         for _ in range(3):
             before = self.prog.source()
             self._statements()
             self._branches()
+            self._blocks()
+            self._grads()
             self._returns()
             self._inputs()
             self._constants()
@@ -68,7 +82,8 @@ class Reducer:
         self._sizes()
         self._calls()  # fewer sizes can make earlier calls unnecessary
         f = self.last
-        return Failure(f.kind, f.mode, f.call, f.message, f.exc, self.prog, self.calls)
+        return Failure(f.kind, f.mode, f.call, f.message, f.exc, self.prog, self.calls, self.case.phase,
+                       self.case.backend)
 
     # -- steps
     def _calls(self):
@@ -114,6 +129,38 @@ class Reducer:
                 p.body[i] = Stmt([keep.strip()], s.out, s.src)
                 if self.try_(p, self.calls):
                     break
+
+    def _phase(self):
+        """A training failure that the plain phase shows too is reported with it."""
+        if self.case.phase not in ("", "plain"):
+            phase = self.case.phase
+            self.case.phase = "plain"
+            if not self.fails(self.prog, self.calls):
+                self.case.phase = phase
+
+    def _blocks(self):
+        """Grad-mode blocks: the body alone (`with ...:` dedented, `torch.set_grad_enabled(...)` calls dropped)."""
+        for i in range(len(self.prog.body)):
+            s = self.prog.body[i]
+            if s.lines[0].startswith("with "):
+                lines = [ln[4:] for ln in s.lines[1:]]
+            elif any(ln.startswith("torch.set_grad_enabled(") for ln in s.lines):
+                lines = [ln for ln in s.lines if not ln.startswith(("torch.set_grad_enabled(", "prev = "))]
+            else:
+                continue
+            p = copy.deepcopy(self.prog)
+            p.body[i] = Stmt(lines, s.out, s.src)
+            self.try_(p, self.calls)
+
+    def _grads(self):
+        """Training inputs: a leaf rather than `leaf * 1` / `leaf.clone()`, then no grad at all."""
+        for k, i in enumerate(self.prog.inputs):
+            for simpler in ("leaf", ""):
+                if i.kind == "float" and i.grad and i.grad != simpler:
+                    p = copy.deepcopy(self.prog)
+                    p.inputs[k].grad = simpler
+                    if self.try_(p, self.calls):
+                        break
 
     def _returns(self):
         i = 0
@@ -197,38 +244,57 @@ def reduce(failure: Failure, budget_s: float = 20.0) -> Failure:
     return Reducer(failure, budget_s).run()
 
 
-def load_script(path: str):
-    """(Program, calls, mode) back from a script written by `script()`, to re-run or re-reduce it."""
+def load_script(path: str) -> Failure:
+    """The case of a script written by `script()` (program, calls, mode, phase, backend), to re-run or
+    re-reduce it: `recheck(case, case.program, case.calls)`."""
     from .gen import Call, Input
     text = open(path).read()
     ns: dict = {}
     exec(compile(text.replace('if __name__ == "__main__":', "if False:"), path, "exec"), ns)
     head, rest = text.split("\ndef f(", 1)
     lines = [ln[4:] for ln in rest.split("\n\nINPUTS")[0].split("\n")[1:] if ln.startswith("    ")]
+    while lines and not lines[-1].startswith("return ("):  # the function's end: comments after it
+        lines.pop()
     ret = lines.pop()[len("return ("):-1].rstrip(",")
-    defined = [n for n, _, _ in ns["INPUTS"]]
+    defined = [inp[0] for inp in ns["INPUTS"]]
+    body = _statements(lines, ns["STATEMENTS"]) if "STATEMENTS" in ns else _parse_statements(lines)
+    for stmt in body:
+        stmt.src = next((n for n in re.findall(r"\b[a-z]\w*\b", stmt.lines[-1].split("=", 1)[-1])
+                         if n in defined and not n.startswith("s")), None)
+        defined.append(stmt.out)
+    prog = Program([Input(n, k, tuple(d), *grad) for n, k, d, *grad in ns["INPUTS"]], body, _split_top(ret))
+    prelude = re.search(r"^class \w+\(torch\.autograd\.Function\):.*", head, re.S | re.M)  # training programs
+    prog.prelude = prelude.group(0).rstrip() + "\n" if prelude else ""
+    calls = [Call(dict(d), n, seed, alias, float(a)) for d, n, seed, alias, a in ns["CALLS"]]
+    return Failure("", ns["MODE"], len(calls) - 1, "", program=prog, calls=calls, phase=ns.get("PHASE", ""),
+                   backend=ns.get("BACKEND", "eager"))  # scripts written before the backend was recorded: eager
+
+
+def _statements(lines: list, shape: list) -> list:
+    """Statements from their (name, number of lines), as training scripts record them."""
+    body, i = [], 0
+    for out, k in shape:
+        body.append(Stmt(lines[i:i + k], out))
+        i += k
+    return body
+
+
+def _parse_statements(lines: list) -> list:
+    """Statements of an inference script: `if` blocks are four lines, `v.add_(1)` goes with `v = ...`."""
     body: list = []
     i = 0
     while i < len(lines):
         ln = lines[i]
         if ln.startswith("if "):
-            stmt = Stmt(lines[i:i + 4], lines[i + 1].split("=")[0].strip())
+            body.append(Stmt(lines[i:i + 4], lines[i + 1].split("=")[0].strip()))
             i += 4
-        elif body and ln.startswith(body[-1].out + "."):  # `v = ...; v.add_(1)`
+        elif body and ln.startswith(body[-1].out + "."):
             body[-1].lines.append(ln)
             i += 1
-            continue
         else:
-            stmt = Stmt([ln], ln.split("=")[0].strip())
+            body.append(Stmt([ln], ln.split("=")[0].strip()))
             i += 1
-        stmt.src = next((n for n in re.findall(r"\b[a-z]\w*\b", stmt.lines[-1].split("=", 1)[-1])
-                         if n in defined and not n.startswith("s")), None)
-        defined.append(stmt.out)
-        body.append(stmt)
-    prog = Program([Input(n, k, tuple(d)) for n, k, d in ns["INPUTS"]], body, _split_top(ret))
-    calls = [Call(dict(d), n, seed, alias, float(a)) for d, n, seed, alias, a in ns["CALLS"]]
-    use_backend(ns.get("BACKEND", "eager"))  # scripts written before the backend was recorded: eager
-    return prog, calls, ns["MODE"]
+    return body
 
 
 def _split_top(text: str) -> list:
@@ -357,5 +423,78 @@ def script(f: Failure) -> str:
     sizes = [{d: v for d, v in c.dims.items() if d in used} for c in f.calls]
     calls = "[" + ", ".join(f"({s!r}, {c.n}, {c.seed}, {c.alias}, {str(c.a)!r})"  # the float as text: 'inf', 'nan'
                             for s, c in zip(sizes, f.calls)) + "]"
+    if f.phase:
+        return _train_script(f, body, used)
     return _SCRIPT.format(headline=f.headline().replace('"""', "'''"), body=body, inputs=inputs, calls=calls,
-                          mode=f.mode, name=p.name, backend=ds.config.backend)
+                          mode=f.mode, name=p.name, backend=f.backend or ds.config.backend)
+
+
+def _train_script(f: Failure, body: str, used: set) -> str:
+    from . import oracle, phases
+    harness = inspect.getsource(oracle).rstrip() + "\n\n\n" + "\n".join(
+        ln for ln in inspect.getsource(phases).splitlines() if not ln.startswith("from ."))
+    p = f.program
+    calls = "[" + ", ".join(f"({ {d: v for d, v in c.dims.items() if d in used}!r}, {c.n}, {c.seed}, {c.alias}, "
+                            f"{str(c.a)!r})" for c in f.calls) + "]"  # the float as text: 'inf', 'nan'
+    return _TRAIN_SCRIPT.format(
+        headline=f.headline().replace('"""', "'''"), phase=f.phase, phase_doc=phases.PHASES[f.phase][1],
+        body=body, inputs=[(i.name, i.kind, tuple(i.dims), i.grad) for i in p.inputs], calls=calls, mode=f.mode,
+        backend=f.backend or ds.config.backend, statements=[(s.out, len(s.lines)) for s in p.body], name=p.name,
+        harness=harness.rstrip())
+
+
+_TRAIN_SCRIPT = '''"""dynashape fuzz finding (training): {headline}
+
+The call phase, {phase}: {phase_doc}.
+Compared with eager: the outputs and their requires_grad / is_leaf / grad_fn, grad mode after the
+call, the inputs after it, every leaf's .grad after each backward (the loss: the float outputs
+times fixed random weights, summed). Exit status 1 while the failure is there, 0 when fixed.
+Run: python {{this file}}
+"""
+import sys
+import warnings
+
+import torch
+import torch.nn.functional as F
+
+import dynashape as ds
+
+{body}
+
+# (name, kind, dims, grad): grad "leaf" a leaf that requires grad; "mul" / "clone" a non-leaf
+# `leaf * 1` / `leaf.clone()` built before the call; "" no grad
+INPUTS = {inputs!r}
+CALLS = {calls}  # (sizes of the dim variables, the int argument, data seed, y is x, the float argument)
+MODE = {mode!r}  # dynashape.compile(..., dynamic=MODE)
+BACKEND = {backend!r}  # dynashape.compile(..., backend=BACKEND)
+PHASE = {phase!r}
+STATEMENTS = {statements!r}  # (name, lines) of each statement of {name}: for `python -m tests.fuzz --reduce`
+
+
+# ---- the fuzzer's harness, verbatim: tests/fuzz/oracle.py, then tests/fuzz/phases.py
+{harness}
+
+
+# ---- the check
+def main():
+    warnings.simplefilter("ignore")
+    ds.config.pgo = False  # no profile from an earlier run: each run starts fresh
+    ds.config.fused_sync = True  # backend="fused": the kernels are built before the first call returns
+    cf = ds.compile({name}, dynamic=MODE, backend=BACKEND)
+    done = 0
+    for group in groups(CALLS, PHASE):
+        done += len(group)
+        want = run_phase({name}, INPUTS, group, PHASE)
+        got = run_phase(cf, INPUTS, group, PHASE)
+        bad = compare(want, got, lambda: run_phase({name}, INPUTS, group, PHASE, torch.float64))
+        if bad is not None:
+            kind, exc, message = bad
+            print(f"BUG ({{kind}}): call {{done - 1}} (sizes {{group[-1][0]}}), phase {{PHASE}}: {{message}}")
+            return 1
+    print(f"OK: compiled matches eager on every call (phase {{PHASE}})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
+'''

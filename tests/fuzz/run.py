@@ -10,11 +10,12 @@ function per mode) on the same calls; eager runs once per call. Failure classes:
 - `exc-type`: both raised, with different exception types;
 - `leak`: a FakeTensor or a dynashape symbolic value is in the returned value;
 - `hang`: one mode's calls took longer than `TIME_LIMIT_S` (eager takes milliseconds).
+
+Training programs (train.py) are compared by the same classes; oracle.py holds the comparisons.
 """
 from __future__ import annotations
 
 import linecache
-import math
 import random
 import signal
 import warnings
@@ -23,21 +24,23 @@ from dataclasses import dataclass, field
 import torch
 
 import dynashape as ds
-from dynashape.symbolic.symtypes import SymBase
-from dynashape.tracing.fake import FakeTensor
 
 from .gen import REF_SIZES, Program, make_inputs, random_call
+from .oracle import difference, find_leak, near
 
 MODES = (None, True, False)
 TIME_LIMIT_S = 20.0  # per program and mode: a compile slower than this is a finding, not a stuck run
+FUSED_SLOWER = 6  # backend="fused" with kernels built before the call: g++ (a few kernels a mode), slow, not stuck
 
 
-def use_backend(name: str) -> None:
-    """Compile every program with `name` ("eager" or "fused"; fused kernels built before the call returns)."""
-    global TIME_LIMIT_S
-    ds.config.backend = name
-    ds.config.fused_sync = name == "fused"
-    TIME_LIMIT_S = 120.0 if name == "fused" else 20.0  # fused waits for g++ (a few kernels a mode): slow, not stuck
+def backend_config(name: str | None) -> dict:
+    """`ds.config.patch` arguments that compile with `name`: "eager", or "fused" with its kernels
+    built before each call returns (so they are judged from the first call); None: as configured."""
+    return {} if name is None else {"backend": name, "fused_sync": name == "fused"}
+
+
+def time_limit() -> float:
+    return TIME_LIMIT_S * (FUSED_SLOWER if ds.config.backend == "fused" and ds.config.fused_sync else 1)
 
 
 class _TimeLimit(BaseException):  # not an Exception: dynashape's own handlers must not catch it
@@ -58,13 +61,17 @@ class Failure:
     exc: str = ""  # exception type(s) involved: "ZeroDivisionError", or "IndexError->RuntimeError"
     program: Program | None = None
     calls: list = field(default_factory=list)
+    phase: str = ""  # training mode: the call phase (phases.PHASES); "" for inference
+    backend: str = ""  # the backend it was compiled with ("fused": kernels built before each call)
 
     def signature(self) -> tuple:
         """What the reducer keeps: the same class and the same exception type."""
         return (self.kind, self.exc)
 
     def headline(self) -> str:
-        return f"{self.kind}{' ' + self.exc if self.exc else ''} (dynamic={self.mode}, call {self.call}): " \
+        where = f"dynamic={self.mode}, call {self.call}" + (f", phase {self.phase}" if self.phase else "") + \
+            (f", backend {self.backend}" if self.backend else "")
+        return f"{self.kind}{' ' + self.exc if self.exc else ''} ({where}): " \
                f"{self.message.splitlines()[0][:300] if self.message else ''}"
 
 
@@ -91,65 +98,6 @@ def _run(fn, args):
         return fn(*args), None
     except Exception as e:  # noqa: BLE001  (any exception is a result to compare)
         return None, e
-
-
-def difference(want, got, path="out") -> str | None:
-    """Why `got` differs from eager's `want`, or None."""
-    if type(want) is not type(got):
-        return f"{path}: type {type(got).__name__}, eager {type(want).__name__}"
-    if isinstance(want, torch.Tensor):
-        if want.shape != got.shape:
-            return f"{path}: shape {tuple(got.shape)}, eager {tuple(want.shape)}"
-        if want.dtype != got.dtype:
-            return f"{path}: dtype {got.dtype}, eager {want.dtype}"
-        if want.device != got.device:
-            return f"{path}: device {got.device}, eager {want.device}"
-        if torch.equal(got, want):  # the usual case, ten times cheaper than assert_close
-            return None
-        try:
-            torch.testing.assert_close(got, want, equal_nan=True, rtol=1e-4, atol=1e-5)
-        except AssertionError as e:
-            return f"{path}: values differ: {str(e).splitlines()[0]}"
-        return None
-    if isinstance(want, (list, tuple)):
-        if len(want) != len(got):
-            return f"{path}: length {len(got)}, eager {len(want)}"
-        for i, (a, b) in enumerate(zip(want, got)):
-            d = difference(a, b, f"{path}[{i}]")
-            if d:
-                return d
-        return None
-    if isinstance(want, dict):
-        if list(want) != list(got):
-            return f"{path}: keys {list(got)}, eager {list(want)}"
-        for k in want:
-            d = difference(want[k], got[k], f"{path}[{k!r}]")
-            if d:
-                return d
-        return None
-    if isinstance(want, float):
-        same = (math.isnan(want) and math.isnan(got)) or (want == got and math.copysign(1, want) == math.copysign(1, got))
-        return None if same else f"{path}: {got!r}, eager {want!r}"
-    return None if want == got else f"{path}: {got!r}, eager {want!r}"
-
-
-def leaks(value, path="out") -> str | None:
-    """A trace-time object in a returned value."""
-    if isinstance(value, FakeTensor):
-        return f"{path} is a FakeTensor"
-    if isinstance(value, (SymBase, torch.SymInt, torch.SymFloat, torch.SymBool)):
-        return f"{path} is a symbolic value {value!r}"
-    if isinstance(value, (list, tuple)):
-        for i, v in enumerate(value):
-            r = leaks(v, f"{path}[{i}]")
-            if r:
-                return r
-    if isinstance(value, dict):
-        for k, v in value.items():
-            r = leaks(v, f"{path}[{k!r}]")
-            if r:
-                return r
-    return None
 
 
 def _msg(e: BaseException) -> str:
@@ -180,7 +128,7 @@ def check_mode(fn, prog: Program, calls: list, eager: list, mode) -> Failure | N
                 return Failure("exc-type", mode, i, f"{_msg(gerr)} (eager: {_msg(werr)})",
                                f"{type(werr).__name__}->{type(gerr).__name__}")
             continue
-        leak = leaks(got)
+        leak = find_leak(got)
         if leak:
             return Failure("leak", mode, i, leak)
         d = difference(want, got)
@@ -194,11 +142,8 @@ def check_mode(fn, prog: Program, calls: list, eager: list, mode) -> Failure | N
 
 
 def _rounding_explains(fn, prog: Program, call, want, got) -> bool:
-    """Whether float rounding explains values that differ from eager's: run the program in float64
-    and accept when, element by element, the compiled result is as near that as eager's (4x eager's
-    own error, plus the usual tolerance). A sum of layer-normalised values is ~0 from cancellation:
-    a kernel summing in another order lands 1e-5 from eager and nearer the exact result. A wrong
-    index or a wrong size is off by far more than eager's rounding."""
+    """Whether float rounding explains values that differ from eager's: the program run in float64
+    shows the compiled result as near the exact one as eager's (`oracle.near`)."""
     args = [a.double() if isinstance(a, torch.Tensor) and a.dtype == torch.float32 else a
             for a in make_inputs(prog.inputs, call)]
     default = torch.get_default_dtype()
@@ -207,55 +152,39 @@ def _rounding_explains(fn, prog: Program, call, want, got) -> bool:
         ref, err = _run(fn, args)
     finally:
         torch.set_default_dtype(default)
-    if err is not None:
-        return False
-
-    def near(w, g, r) -> bool:
-        if isinstance(w, torch.Tensor):
-            if not (isinstance(r, torch.Tensor) and r.shape == w.shape == g.shape):
-                return False
-            if not w.dtype.is_floating_point:
-                return torch.equal(w, g)
-            r, w, g = r.double(), w.double(), g.double()
-            ok = (g - r).abs() <= 4 * (w - r).abs() + 1e-5 + 1e-4 * r.abs()
-            return bool((ok | (g.isnan() & w.isnan()) | (g == w)).all())
-        if isinstance(w, (list, tuple)):
-            return isinstance(r, (list, tuple)) and len(r) == len(w) and all(map(near, w, g, r))
-        if isinstance(w, dict):
-            return isinstance(r, dict) and all(near(w[k], g[k], r.get(k)) for k in w)
-        return True  # not a tensor: `difference` compared it exactly already
-
-    return near(want, got, ref)
+    return err is None and near(want, got, ref)
 
 
-def check_program(prog: Program, calls: list, modes=MODES, stats=None) -> list:
-    """Failures of `prog` over `calls`, at most one per mode."""
-    with warnings.catch_warnings(), ds.config.patch(pgo=False):  # no profiles: each run starts fresh
+def check_program(prog: Program, calls: list, modes=MODES, stats=None, backend: str | None = None) -> list:
+    """Failures of `prog` over `calls`, at most one per mode. backend: "eager" or "fused" (kernels
+    built before each call returns); None: as configured."""
+    # no profiles: each run starts fresh
+    with warnings.catch_warnings(), ds.config.patch(pgo=False, **backend_config(backend)):
         warnings.simplefilter("ignore")
         fn = load(prog)
         eager = eager_results(fn, prog, calls)
         failures = []
         for mode in modes:  # check_mode compiles afresh: no ds.reset(), which would touch other tests' functions
-            f = _limited(fn, prog, calls, eager, mode)
+            f = limited(lambda: check_mode(fn, prog, calls, eager, mode), mode, len(calls) - 1)
             if stats is not None:
                 stats["calls"] += len(calls) if f is None else f.call + 1
             if f is not None:
-                f.program, f.calls = prog, calls
+                f.program, f.calls, f.backend = prog, calls, ds.config.backend
                 failures.append(f)
         return failures
 
 
-def _limited(fn, prog, calls, eager, mode) -> Failure | None:
-    """check_mode, or a `hang` failure after TIME_LIMIT_S (SIGALRM: main thread, Unix only)."""
-    limit = TIME_LIMIT_S
+def limited(check, mode, last_call: int) -> Failure | None:
+    """check(), or a `hang` failure after `time_limit()` (SIGALRM: main thread, Unix only)."""
+    limit = time_limit()
     if not hasattr(signal, "SIGALRM") or limit <= 0:
-        return check_mode(fn, prog, calls, eager, mode)
+        return check()
     old = signal.signal(signal.SIGALRM, _alarm)
     signal.setitimer(signal.ITIMER_REAL, limit)
     try:
-        return check_mode(fn, prog, calls, eager, mode)
+        return check()
     except _TimeLimit:
-        return Failure("hang", mode, len(calls) - 1, f"the compiled calls took more than {limit:g} s")
+        return Failure("hang", mode, last_call, f"the compiled calls took more than {limit:g} s")
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, old)

@@ -1,22 +1,32 @@
 """The soundness fuzzer in the suite: random programs, compiled under every `dynamic=` mode, match eager.
 
-`DYNASHAPE_FUZZ_SECONDS` scales the fixed-seed budget (default 60 s; 0 skips it).
-`make fuzz` runs the same loop with a random seed for longer.
+`DYNASHAPE_FUZZ_SECONDS` scales the fixed-seed budget (default 60 s; 0 skips it);
+`DYNASHAPE_FUZZ_TRAIN_SECONDS` the training-mode one (default 30 s; 0 skips it).
+`make fuzz` (`FUZZ_MODE=train`) runs the same loop with a random seed for longer.
 """
 import os
+import re
+import runpy
 
 import pytest
 import torch
 
 from dynashape.symbolic import LocalSource, ShapeEnv
 from tests.fuzz import run as fuzz_run
-from tests.fuzz.driver import fuzz, key_of
+from tests.fuzz.driver import MIXED, fuzz, key_of
 from tests.fuzz.gen import REF_SIZES, Call, Input, Program, Stmt, generate, make_inputs
-from tests.fuzz.reduce import reduce, script
-from tests.fuzz.run import check_program, difference, leaks, load, random_calls
+from tests.fuzz.gen_train import call_tuple, generate_train, input_tuple
+from tests.fuzz.oracle import compare
+from tests.fuzz.phases import PHASES, groups, run_phase
+from tests.fuzz.reduce import load_script, reduce, script
+from tests.fuzz.oracle import find_leak
+from tests.fuzz.run import check_program, difference, load, random_calls
+from tests.fuzz.train import check_train_program
 
 BUDGET = float(os.environ.get("DYNASHAPE_FUZZ_SECONDS", "60"))
+TRAIN_BUDGET = float(os.environ.get("DYNASHAPE_FUZZ_TRAIN_SECONDS", "30"))
 SEED = 20261123
+TRAIN_SEED = 20261124
 
 
 @pytest.mark.skipif(BUDGET <= 0, reason="DYNASHAPE_FUZZ_SECONDS=0")
@@ -28,6 +38,19 @@ def test_random_programs_compiled_under_every_mode_match_eager():
                             for f, _ in rep.distinct.values())
         pytest.fail(f"{rep.summary()}\n\nreduced failing programs (reproduce with `make fuzz "
                     f"FUZZ_SEED={SEED}`, scripts in fuzz-failures/):\n\n{shown}", pytrace=False)
+
+
+@pytest.mark.skipif(TRAIN_BUDGET <= 0, reason="DYNASHAPE_FUZZ_TRAIN_SECONDS=0")
+def test_random_training_programs_compiled_under_every_mode_match_eager_outputs_and_gradients():
+    rep = fuzz(TRAIN_SEED, TRAIN_BUDGET, reduce_s=4.0, max_reduce=4, reserve_s=min(5.0, TRAIN_BUDGET / 4),
+               log=lambda m: None, mode="train", backends=MIXED)
+    assert rep.programs > 0 and len(rep.phases) > 1
+    if rep.failures:
+        shown = "\n\n".join(f"# {f.headline()}\n{f.program.source()}# inputs (name, kind, dims, grad): "
+                            f"{[input_tuple(i) for i in f.program.inputs]}\n# calls (sizes, n): {_calls(f)}"
+                            for f, _ in rep.distinct.values())
+        pytest.fail(f"{rep.summary()}\n\nreduced failing programs (reproduce with `make fuzz FUZZ_MODE=train "
+                    f"FUZZ_SEED={TRAIN_SEED}`, scripts in fuzz-failures/):\n\n{shown}", pytrace=False)
 
 
 def _calls(f):
@@ -67,8 +90,8 @@ def test_difference_sees_container_type_shape_dtype_values_and_float_sign():
 def test_leaks_finds_symbolic_values_in_nested_outputs():
     env = ShapeEnv()
     s = env.symint(5, LocalSource("x"), is_size=False)
-    assert "symbolic" in leaks([1, (torch.ones(1), s)])
-    assert leaks([1, (torch.ones(1),)]) is None
+    assert "trace-time" in find_leak([1, (torch.ones(1), s)])
+    assert find_leak([1, (torch.ones(1),)]) is None
 
 
 class _WrongCompile:
@@ -153,5 +176,172 @@ def test_a_compile_slower_than_the_time_limit_is_a_hang_not_a_stuck_run(monkeypa
     monkeypatch.setattr(fuzz_run.ds, "compile", _SlowCompile())
     monkeypatch.setattr(fuzz_run, "TIME_LIMIT_S", 0.3)
     prog = generate(3)
-    (f,) = check_program(prog, random_calls(3, prog, 3), modes=(True,))
+    (f,) = check_program(prog, random_calls(3, prog, 3), modes=(True,), backend="eager")
     assert f.kind == "hang" and "0.3 s" in f.message
+    (f,) = check_program(prog, random_calls(3, prog, 3), modes=(True,), backend="fused")  # waits for g++: longer
+    assert f.kind == "hang" and f"{0.3 * fuzz_run.FUSED_SLOWER:g} s" in f.message
+
+
+# ------------------------------------------------------------------ training mode
+def _square_program(grad="leaf") -> Program:
+    return Program([Input("x", "float", ("A", "B"), grad)], [Stmt(["v0 = x * x"], "v0", "x")], ["v0"])
+
+
+_SAME_SIZES = [Call({"A": 3, "B": 4, "C": 2, "D": 2}, 1, seed) for seed in (11, 12, 13, 14)]
+
+
+class _GradScaled:
+    """A stand-in compiler whose results have eager's values, flags and grad_fn, and `scale` times the gradient."""
+
+    def __init__(self, scale):
+        self.scale = scale
+
+    def __call__(self, fn, dynamic=None, backend=None):
+        def run(*args):
+            return tuple(o.detach() + (o - o.detach()) * self.scale if isinstance(o, torch.Tensor) and o.grad_fn
+                         else o for o in fn(*args))
+        return run
+
+
+@pytest.mark.parametrize("scale, caught", [(1.0, False), (1.5, True)])
+def test_the_gradient_oracle_sees_a_wrong_gradient_and_accepts_a_right_one(monkeypatch, scale, caught):
+    monkeypatch.setattr(fuzz_run.ds, "compile", _GradScaled(scale))
+    fails = check_train_program(_square_program(), _SAME_SIZES[:2], "plain", modes=(True,))
+    assert bool(fails) is caught, [f.headline() for f in fails]
+    if caught:
+        (f,) = fails
+        assert f.kind == "wrong" and f.message.startswith("leaf grads[0]: values differ") and f.phase == "plain"
+
+
+def test_the_float64_arbiter_accepts_a_gradient_nearer_the_exact_one_and_not_a_wrong_one():
+    exact = torch.tensor([1.0, 2.0, 3.0], dtype=torch.float64)
+    eager = [("leaf grads", [(exact + 1e-4).float()])]  # eager's own rounding error, past the tolerance
+    ref = [("leaf grads", [exact])]
+    assert compare(eager, [("leaf grads", [exact.float()])], lambda: ref) is None
+    kind, _, message = compare(eager, [("leaf grads", [(exact + 1e-2).float()])], lambda: ref)
+    assert kind == "wrong" and "leaf grads[0]" in message
+
+
+def test_the_record_comparison_classifies_crashes_noraises_and_exception_types():
+    out = [("out", torch.ones(2))]
+    assert compare(out + [("leaf grads", [None])], out + [("raised", "backward", RuntimeError("x"))])[0] == "crash"
+    assert compare(out + [("raised", "backward", RuntimeError("x"))], out + [("leaf grads", [None])])[0] == "noraise"
+    assert compare([("raised", "forward", IndexError("x"))], [("raised", "forward", RuntimeError("x"))])[:2] == \
+        ("exc-type", "IndexError->RuntimeError")
+    assert compare([("raised", "forward", IndexError("x"))], [("raised", "forward", IndexError("y"))]) is None
+    assert compare([("out flags", ["requires_grad=True"])], [("out flags", ["requires_grad=False"])])[0] == "wrong"
+
+
+@pytest.mark.parametrize("phase", list(PHASES))
+def test_every_phase_runs_and_records_gradients(phase):
+    inputs = [("x", "float", ("A", "B"), "leaf"), ("y", "float", ("A", "B"), "mul")]
+    calls = [call_tuple(c) for c in _SAME_SIZES[:2]]
+    for group in groups(calls, phase):
+        rec = run_phase(lambda x, y: (x.pow(3) * y,), inputs, group, phase)
+        labels = [r[0] for r in rec]
+        assert "raised" not in labels and any("out flags" in lb for lb in labels)
+        grads = [v for lb, v in rec if "leaf grads" in lb]  # x's, then y's leaf (y = leaf * 1)
+        assert grads and all(g[1].abs().sum() > 0 for g in grads), labels
+        if phase != "no_grad":  # under no_grad the outputs do not depend on x for autograd
+            assert all(g[0].abs().sum() > 0 for g in grads), labels
+    assert ("gradient flags" in labels) is (phase == "grad_penalty")
+    assert sum(lb.endswith("out") for lb in labels) == {"two_forwards": 2, "accumulate": 3}.get(phase, 1)
+
+
+def test_under_no_grad_the_outputs_do_not_require_grad_and_backward_is_skipped():
+    rec = run_phase(lambda x: (x * 2,), [("x", "float", ("A",), "leaf")], [({"A": 3}, 0, 1, False, 1.5)], "no_grad")
+    assert dict(rec)["out flags"] == ["requires_grad=False is_leaf=True grad_fn=None"]
+    assert dict(rec)["backward"].startswith("skipped")
+
+
+class _SharedBuffer:
+    """A stand-in compiler for f(x) = x * x whose backward reads a buffer the next call overwrites."""
+
+    def __call__(self, fn, dynamic=None, backend=None):
+        buf = {}
+
+        class Square(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, x):
+                buf["x"] = x.detach().clone()
+                return x * x
+
+            @staticmethod
+            def backward(ctx, g):
+                return 2 * buf["x"] * g
+
+        return lambda x: (Square.apply(x),)
+
+
+class _NoDoubleBackward:
+    """A stand-in compiler for f(x) = x * x whose gradient is not differentiable (a detached backward)."""
+
+    def __call__(self, fn, dynamic=None, backend=None):
+        class Square(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, x):
+                ctx.save_for_backward(x)
+                return x * x
+
+            @staticmethod
+            def backward(ctx, g):
+                (x,) = ctx.saved_tensors
+                return 2 * x.detach() * g.detach()
+
+        return lambda x: (Square.apply(x),)
+
+
+@pytest.mark.parametrize("compiler, phase", [(_SharedBuffer, "two_forwards"), (_NoDoubleBackward, "grad_penalty")])
+def test_a_phase_catches_what_the_plain_phase_does_not(monkeypatch, compiler, phase):
+    monkeypatch.setattr(fuzz_run.ds, "compile", compiler())
+    prog = _square_program()
+    assert check_train_program(prog, _SAME_SIZES, "plain", modes=(True,)) == []
+    (f,) = check_train_program(prog, _SAME_SIZES, phase, modes=(True,))
+    assert f.kind == "wrong" and f.phase == phase, f.headline()
+
+
+@pytest.mark.filterwarnings("ignore")
+def test_generated_training_programs_run_eagerly_on_the_sizes_they_were_generated_for():
+    stages = []
+    for seed in range(25):
+        prog = generate_train(seed)
+        assert 1 <= len(prog.body) <= 15 and any(i.grad for i in prog.inputs)
+        call = Call({d: REF_SIZES[i % 3 + 1] for i, d in enumerate("ABCD")}, 3, seed)
+        rec = run_phase(load(prog), [input_tuple(i) for i in prog.inputs], [call_tuple(call)], "plain")
+        assert rec[0][0] == "out", (prog.source(), rec[0])  # the forward runs; backward may raise, as in eager
+        stages.append(rec[-1][0])
+    assert stages.count("output grads") > 15  # most programs train
+
+
+def test_training_programs_use_grad_modes_detach_retain_grad_and_branches_on_autograd_state():
+    text = "\n".join(generate_train(seed).source() for seed in range(150))
+    for needle in ("with torch.no_grad():", "with torch.enable_grad():", "torch.set_grad_enabled(False)",
+                   ".detach()", ".retain_grad()", ".requires_grad:", ".is_leaf", ".grad_fn is None",
+                   "torch.masked_select(", "torch.unique(", ".nonzero()", "F.cross_entropy(", ".shape[-2:])",
+                   "F.rms_norm(", "F.gelu(", "F.silu(", ".register_hook(", "torch.autograd.grad(", ".backward(",
+                   "Square.apply(", "checkpoint(", "torch.inference_mode()"):
+        assert needle in text, needle
+    assert re.search(r"(v\d+) = v\d+\[.*\]\n    \1\.\w+_\(", text)  # v = h[:, :2]; v.mul_(2)
+
+
+def test_a_training_failure_is_reduced_to_a_script_that_reproduces_it_standalone(monkeypatch, tmp_path):
+    monkeypatch.setattr(fuzz_run.ds, "compile", _GradScaled(2.0))
+    for seed in range(60):
+        prog = generate_train(seed)
+        fails = check_train_program(prog, random_calls(seed, prog, 4), "accumulate", modes=(False,), backend="eager")
+        if fails and fails[0].kind == "wrong" and len(prog.body) >= 5:
+            break
+    else:
+        pytest.skip("no candidate program")
+    r = reduce(fails[0], budget_s=20)
+    assert r.signature() == fails[0].signature() and r.phase in ("plain", "accumulate") and r.backend == "eager"
+    assert len(r.program.body) < len(prog.body)
+    path = tmp_path / "repro.py"
+    path.write_text(script(r))
+    case = load_script(str(path))
+    assert case.program.source() == r.program.source() and case.phase == r.phase and case.mode is False
+    assert [input_tuple(i) for i in case.program.inputs] == [input_tuple(i) for i in r.program.inputs]
+    ns = runpy.run_path(str(path), run_name="repro")  # its own harness, the stand-in compiler
+    assert ns["main"]() == 1
+    monkeypatch.setattr(fuzz_run.ds, "compile", _GradScaled(1.0))
+    assert ns["main"]() == 0

@@ -1,0 +1,136 @@
+"""Comparing a compiled function's results with eager's: the fuzzer's oracle (torch only).
+
+`difference` says why two results differ (container type, shape, dtype, values past the
+tolerance); `near` arbitrates values past the tolerance with a float64 run of the same program;
+`compare` walks two training records (phases.py) and classifies the first difference.
+Torch only: `reduce.script` pastes this file into every training reproduction script.
+
+    >>> difference(torch.ones(2), torch.ones(3))
+    'out: shape (3,), eager (2,)'
+"""
+import math
+
+import torch
+
+
+def difference(want, got, path="out"):
+    """Why `got` differs from eager's `want`, or None."""
+    if type(want) is not type(got):
+        return f"{path}: type {type(got).__name__}, eager {type(want).__name__}"
+    if isinstance(want, torch.Tensor):
+        if want.shape != got.shape:
+            return f"{path}: shape {tuple(got.shape)}, eager {tuple(want.shape)}"
+        if want.dtype != got.dtype:
+            return f"{path}: dtype {got.dtype}, eager {want.dtype}"
+        if want.device != got.device:
+            return f"{path}: device {got.device}, eager {want.device}"
+        if torch.equal(got, want):  # the usual case, ten times cheaper than assert_close
+            return None
+        try:
+            torch.testing.assert_close(got, want, equal_nan=True, rtol=1e-4, atol=1e-5)
+        except AssertionError as e:
+            return f"{path}: values differ: {str(e).splitlines()[0]}"
+        return None
+    if isinstance(want, (list, tuple)):
+        if len(want) != len(got):
+            return f"{path}: length {len(got)}, eager {len(want)}"
+        for i, (a, b) in enumerate(zip(want, got)):
+            d = difference(a, b, f"{path}[{i}]")
+            if d:
+                return d
+        return None
+    if isinstance(want, dict):
+        if list(want) != list(got):
+            return f"{path}: keys {list(got)}, eager {list(want)}"
+        for k in want:
+            d = difference(want[k], got[k], f"{path}[{k!r}]")
+            if d:
+                return d
+        return None
+    if isinstance(want, float):
+        same = (math.isnan(want) and math.isnan(got)) or (want == got and math.copysign(1, want) == math.copysign(1, got))
+        return None if same else f"{path}: {got!r}, eager {want!r}"
+    return None if want == got else f"{path}: {got!r}, eager {want!r}"
+
+
+def near(want, got, ref) -> bool:
+    """Whether float rounding explains `got` differing from eager's `want`, given `ref`, the same
+    program run in float64: element by element, the compiled value is as near the exact one as
+    eager's (4x eager's own error, plus the usual tolerance). A sum of layer-normalised values is
+    ~0 from cancellation: a kernel summing in another order lands 1e-5 from eager and nearer the
+    exact result. A wrong index, size or gradient is off by far more than eager's rounding."""
+    if isinstance(want, torch.Tensor):
+        if not (isinstance(ref, torch.Tensor) and isinstance(got, torch.Tensor) and ref.shape == want.shape == got.shape):
+            return False
+        if not want.dtype.is_floating_point:
+            return torch.equal(want, got)
+        r, w, g = ref.double(), want.double(), got.double()
+        ok = (g - r).abs() <= 4 * (w - r).abs() + 1e-5 + 1e-4 * r.abs()
+        return bool((ok | (g.isnan() & w.isnan()) | (g == w)).all())
+    if isinstance(want, (list, tuple)):
+        return isinstance(ref, (list, tuple)) and len(ref) == len(want) == len(got) and all(map(near, want, got, ref))
+    if isinstance(want, dict):
+        return isinstance(ref, dict) and all(near(want[k], got[k], ref.get(k)) for k in want)
+    return True  # not a tensor: `difference` compared it exactly already
+
+
+def find_leak(value, path="out"):
+    """A trace-time object (a dynashape FakeTensor or symbolic value, a torch Sym*) in a returned value."""
+    if isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool)) or type(value).__module__.startswith("dynashape"):
+        return f"{path} is a {type(value).__name__} (a trace-time value)"
+    if isinstance(value, (list, tuple)):
+        for i, v in enumerate(value):
+            r = find_leak(v, f"{path}[{i}]")
+            if r:
+                return r
+    if isinstance(value, dict):
+        for k, v in value.items():
+            r = find_leak(v, f"{path}[{k!r}]")
+            if r:
+                return r
+    return None
+
+
+def _msg(e):
+    return f"{type(e).__name__}: {str(e).strip()}"
+
+
+def compare(want, got, reference=None):
+    """(kind, exception types, message) for the first difference between eager's record `want` and
+    the compiled function's `got`, or None. Kinds as the inference oracle's: wrong / crash / noraise /
+    exc-type / leak. `reference()` gives eager's record in float64; it is asked only when values
+    differ past the tolerance, and a difference it explains as rounding (`near`) is not one."""
+    pending = []  # (index, message): values past the tolerance, for the float64 arbiter
+    for i in range(max(len(want), len(got))):
+        w = want[i] if i < len(want) else ("the end of the record", None)
+        g = got[i] if i < len(got) else ("the end of the record", None)
+        if g[0] == "leak":
+            return "leak", "", g[1]
+        if w[0] == "raised" or g[0] == "raised":
+            if w[0] != "raised":
+                return "crash", type(g[2]).__name__, f"{g[1]}: {_msg(g[2])}"
+            if g[0] != "raised":
+                return "noraise", type(w[2]).__name__, f"{w[1]}: eager raised {_msg(w[2])}"
+            if type(w[2]) is not type(g[2]):
+                return ("exc-type", f"{type(w[2]).__name__}->{type(g[2]).__name__}",
+                        f"{g[1]}: {_msg(g[2])} (eager: {_msg(w[2])})")
+            break  # both raised alike: nothing after it to compare
+        if w[0] != g[0]:
+            return "wrong", "", f"the compiled record has {g[0]!r} where eager's has {w[0]!r}"
+        d = difference(w[1], g[1], w[0])
+        if d is None:
+            continue
+        if ": values differ:" not in d:
+            return "wrong", "", d
+        pending.append((i, d))
+    if pending:
+        ref = reference() if reference is not None else []
+        for i, d in pending:
+            if not (i < len(ref) and ref[i][0] == want[i][0] and near(want[i][1], got[i][1], ref[i][1])):
+                return "wrong", "", f"{d}\n  compiled: {_short(got[i][1])}\n  eager:    {_short(want[i][1])}"
+    return None
+
+
+def _short(v, limit=800):
+    text = " ".join(repr(v).split())
+    return text if len(text) <= limit else text[:limit] + " ..."
