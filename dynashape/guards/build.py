@@ -203,6 +203,14 @@ def build_guards(tracer, env, *, globals_=None, closure=None, modules=(), grad_e
             for a, val, cond in [("training", m.training, conds[0])] + [(a, v, c) for (a, v), c in zip(attrs, conds[1:])]:
                 extra.append((cond, f"{src.name()}.{a} == {val!r}", (f"{src.pretty()}.{a}", f"{mv}.{a}")))
             readable.append(" and ".join(f"{src.name()}.{a} == {val!r}" for a, val in [("training", m.training)] + attrs))
+        if modules:  # hooks added or removed since the trace (registering one bumps the epoch)
+            import itertools
+            dicts = module_epoch.hook_dicts(m for _, m in modules)
+            ns["_chain"] = itertools.chain.from_iterable
+            cond = f"tuple(_chain({const(dicts, 'hooks')})) == {const(tuple(k for d in dicts for k in d), 'hk')}"
+            lines.append(f"    if not ({cond}): return False")
+            extra.append((cond, "module hooks == the ones the trace ran (one was registered or removed since)",
+                          None))
         lines.append("    _seen[0] = _epoch[0]")
     lines.append("return True")
 

@@ -1,9 +1,11 @@
-"""A counter bumped whenever any nn.Module attribute is set or deleted.
+"""A counter bumped whenever any nn.Module attribute is set or deleted, or a hook registered or removed.
 
 Guards on module state (`training`, plain attributes) are re-checked only when
 the counter moved since they last passed: one int comparison per call instead
 of a walk over every submodule. Importing dynashape wraps
-`nn.Module.__setattr__`/`__delattr__` to bump it; behaviour is unchanged.
+`nn.Module.__setattr__`/`__delattr__` to bump it, and the hook handle every
+`register_*_hook` returns (created on registration, `remove()`d on removal); behaviour is
+unchanged.
 """
 from __future__ import annotations
 
@@ -28,3 +30,37 @@ if not getattr(torch.nn.Module.__setattr__, "_dynashape_epoch", False):
     _setattr._dynashape_epoch = True
     torch.nn.Module.__setattr__ = _setattr
     torch.nn.Module.__delattr__ = _delattr
+
+
+_handle_init = torch.utils.hooks.RemovableHandle.__init__
+_handle_remove = torch.utils.hooks.RemovableHandle.remove
+
+
+def _init_handle(self, *args, **kwargs):
+    epoch[0] += 1
+    _handle_init(self, *args, **kwargs)
+
+
+def _remove_handle(self):
+    epoch[0] += 1
+    _handle_remove(self)
+
+
+if not getattr(torch.utils.hooks.RemovableHandle.__init__, "_dynashape_epoch", False):
+    _init_handle._dynashape_epoch = True
+    torch.utils.hooks.RemovableHandle.__init__ = _init_handle
+    torch.utils.hooks.RemovableHandle.remove = _remove_handle
+
+HOOKS = ("_forward_pre_hooks", "_forward_hooks", "_backward_pre_hooks", "_backward_hooks")
+GLOBAL_HOOKS = ("_global_forward_pre_hooks", "_global_forward_hooks", "_global_backward_pre_hooks",
+                 "_global_backward_hooks")
+
+
+def hook_dicts(modules) -> tuple:
+    """The dicts that hold the forward and backward hooks of `modules` and the global module hooks
+    (`nn.modules.module.register_module_forward_hook` & co): what `Module.__call__` runs besides forward."""
+    from torch.nn.modules import module as _m
+    out = [d for d in (getattr(_m, k, None) for k in GLOBAL_HOOKS) if isinstance(d, dict)]
+    for m in modules:
+        out += [d for d in (m.__dict__.get(k) for k in HOOKS) if isinstance(d, dict)]
+    return tuple(out)

@@ -35,6 +35,7 @@ from ..tracing.meta_cache import modes_now
 from .config import config
 from . import collectives as _collectives
 from . import pgo as _pgo
+from . import wrappers as _wrappers
 from . import stance as _stance
 from .errors import RecompileError
 from .annotations import _ATTR as _MARKS
@@ -296,6 +297,9 @@ class CompiledFunction:
                         tracer, modules, self.frame_state, self.dynamic is None and config.automatic_dynamic_shapes))
                 state.skip_attrs = unspec
                 for src, m in modules:
+                    why = _wrappers.opaque_reason(m) if m is not self._module else None
+                    if why:  # DDP's reducer, FSDP's gathers: work a trace would run once, never again
+                        raise GraphBreak(f"{why} ({src.pretty()})", None, _wrappers.ADVICE)
                     state.module(m, src)
                 state.snapshot()
                 try:
@@ -613,18 +617,33 @@ def _ident(src, v):
 
 
 class CompiledModule(torch.nn.Module):
-    """An nn.Module whose forward is compiled; parameters are read from the original each call."""
+    """An nn.Module whose forward is compiled; parameters are read from the original each call.
+
+    Hooks run eagerly around the compiled forward, as `nn.Module.__call__` runs them: the
+    original's (and the global module hooks), and any registered on this module itself (as
+    `fully_shard(ds.compile(layer))` does). A DDP/FSDP1 wrapper's own call runs eagerly too, around
+    the compiled forward of the model it holds (runtime/wrappers.py)."""
 
     def __init__(self, mod: torch.nn.Module, **opts):
         super().__init__()
         self._orig_mod = mod
-        forward = type(mod).forward
-        object.__setattr__(self, "_compiled", CompiledFunction(forward, bound_module=mod, **opts))
+        inner = _wrappers.inner(mod)
+        object.__setattr__(self, "_inner", inner)
+        object.__setattr__(self, "_compiled", CompiledFunction(type(inner).forward, bound_module=inner, **opts))
 
     def forward(self, *args, **kwargs):
-        return self._compiled(*args, **kwargs)
+        orig, inner = self._orig_mod, self._inner
+        if orig is inner and not _wrappers.has_hooks(orig):
+            return self._compiled(*args, **kwargs)
+        with _wrappers.ForwardSwap(inner, self._compiled):  # the original's call: hooks, DDP's bookkeeping
+            return orig(*args, **kwargs)
 
-    __call__ = forward  # skip nn.Module's hook machinery on the hot path
+    def __call__(self, *args, **kwargs):
+        if self._orig_mod is self._inner and not _wrappers.own_hooks(self) and not _wrappers.has_hooks(self._inner):
+            return self._compiled(*args, **kwargs)  # the hot path: no hooks to run
+        if _wrappers.own_hooks(self):  # registered on the compiled module (fully_shard(ds.compile(m)))
+            return torch.nn.Module.__call__(self, *args, **kwargs)
+        return self.forward(*args, **kwargs)
 
     @property
     def stats(self):

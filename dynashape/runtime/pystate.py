@@ -21,6 +21,7 @@ import enum
 import types
 
 import torch
+from torch.nn.modules import module as nn_module
 
 from ..guards import module_epoch
 from ..symbolic.sources import AttrSource, ItemSource, Source
@@ -138,6 +139,14 @@ class PyState:
         self._mod_plain.append((d, src, "training", m.training))
         self._class_attrs(type(m), src)
         self._attrs(m, src, mv, 1, module=True)
+        for k in module_epoch.HOOKS:  # the hooks the trace ran: what they reach (a closed-over list
+            if d.get(k):  # they append to) is guarded and their changes replayed like the forward's
+                self._child(d[k], AttrSource(src, k), f"{mv}.{k}", 1)
+        if "_nn_module" not in self.env:  # and the global module hooks, once
+            self.env["_nn_module"] = nn_module
+            for k in module_epoch.GLOBAL_HOOKS:
+                if getattr(nn_module, k, None):
+                    self._child(getattr(nn_module, k), AttrSource(_NNModule(), k), f"_nn_module.{k}", 1)
 
     def _visit(self, v, src: Source, var: str, depth: int) -> None:
         tr = self.tracer
@@ -458,6 +467,18 @@ class PyState:
 
 
 _MISSING = object()
+
+
+class _NNModule(Source):
+    """torch.nn.modules.module, where the global module hooks are kept."""
+    _name = "_nn_module"
+    _pretty = "torch.nn.modules.module"
+
+    def __eq__(self, other):
+        return type(other) is _NNModule
+
+    def __hash__(self):
+        return hash("_nn_module")
 
 
 class _Reader:
