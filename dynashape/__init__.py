@@ -7,8 +7,8 @@
         return x * x.size(0)
 """
 from . import backends as _backends  # noqa: F401  (registers the backends)
-from .runtime import pgo
-from .runtime.collectives import CompilerCollectiveError
+from .fleet import pgo
+from .fleet.collectives import CompilerCollectiveError
 from .runtime.annotations import mark_dynamic, mark_static, mark_unbacked, maybe_mark_dynamic
 from .runtime.compile import CompiledFunction, CompiledModule, compile, reset
 from .runtime.explain import explain

@@ -12,8 +12,8 @@ import argparse
 import os
 import sys
 
-from .runtime import pgo
-from .runtime import pgo_store
+from .fleet import pgo
+from .fleet import pgo_store
 from .runtime.config import config
 
 

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1] / "dynashape"
-ORDER = ["symbolic", "tracing", "ir", "guards", "runtime", "backends", "export", "logs"]
+ORDER = ["symbolic", "tracing", "ir", "guards", "runtime", "fleet", "backends", "export", "logs"]
 
 
 def imported_layers(path: Path):

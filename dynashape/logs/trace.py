@@ -616,7 +616,7 @@ def trace_file() -> str | None:
 @atexit.register
 def _at_exit() -> None:
     try:
-        from ..runtime import pgo
+        from ..fleet import pgo
         pgo.flush()  # its own exit hook would run after ours: write the profile now, while traced
         _WRITER.close()
         tracehook.install(None)

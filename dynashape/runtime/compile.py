@@ -33,8 +33,7 @@ from ..tracing.inputs import ValueInput
 from ..tracing.tracer import Tracer
 from ..tracing.meta_cache import modes_now
 from .config import config
-from . import collectives as _collectives
-from . import pgo as _pgo
+from .registry import FLEET as _fleet
 from . import wrappers as _wrappers
 from . import stance as _stance
 from .errors import RecompileError
@@ -249,8 +248,8 @@ class CompiledFunction:
 
     def _compile_and_run(self, L, args, kwargs, merge_into=None):
         if _th.on: _th.emit("compile_start", self, L)  # noqa: E701
-        _pgo.seed(self, L)  # what varied in earlier runs (the PGO profile) is dynamic from the start
-        _collectives.sync(self, L)  # with compiler collectives: every rank makes the same sources dynamic
+        _fleet.seed(self, L)  # what varied in earlier runs (the PGO profile) is dynamic from the start
+        _fleet.sync(self, L)  # with compiler collectives: every rank makes the same sources dynamic
         env = ShapeEnv(specialize_zero_one=config.specialize_zero_one, duck_shape=config.use_duck_shape,
                        backed_size_oblivious=config.backed_size_oblivious)
         graph = Graph()
@@ -297,9 +296,9 @@ class CompiledFunction:
                         tracer, modules, self.frame_state, self.dynamic is None and config.automatic_dynamic_shapes))
                 state.skip_attrs = unspec
                 for src, m in modules:
-                    why = _wrappers.opaque_reason(m) if m is not self._module else None
+                    why = _fleet.opaque_reason(m) if m is not self._module else None
                     if why:  # DDP's reducer, FSDP's gathers: work a trace would run once, never again
-                        raise GraphBreak(f"{why} ({src.pretty()})", None, _wrappers.ADVICE)
+                        raise GraphBreak(f"{why} ({src.pretty()})", None, _fleet.advice)
                     state.module(m, src)
                 state.snapshot()
                 try:
@@ -335,7 +334,7 @@ class CompiledFunction:
         self._cache.add(entry)
         self.stats.compiles += 1
         self.stats.fallbacks.extend(tracer.fallbacks)
-        _pgo.record(self, L)
+        _fleet.record(self, L)
         if glog.isEnabledFor(logging.INFO):
             glog.info("graph of %s (%s):\n%s", self.__name__, self._where(), graph)
         if guard_log.isEnabledFor(logging.INFO):
@@ -362,7 +361,7 @@ class CompiledFunction:
         self.stats.compiles += 1
         self.stats.paths += 1
         self.stats.fallbacks.extend(tracer.fallbacks)
-        _pgo.record(self, L)
+        _fleet.record(self, L)
         if glog.isEnabledFor(logging.INFO):
             glog.info("graph of %s (%s), %d paths:\n%s", self.__name__, self._where(), len(entry.tree.paths),
                       entry.graph)
@@ -622,12 +621,12 @@ class CompiledModule(torch.nn.Module):
     Hooks run eagerly around the compiled forward, as `nn.Module.__call__` runs them: the
     original's (and the global module hooks), and any registered on this module itself (as
     `fully_shard(ds.compile(layer))` does). A DDP/FSDP1 wrapper's own call runs eagerly too, around
-    the compiled forward of the model it holds (runtime/wrappers.py)."""
+    the compiled forward of the model it holds (runtime/wrappers.py, fleet/wrappers.py)."""
 
     def __init__(self, mod: torch.nn.Module, **opts):
         super().__init__()
         self._orig_mod = mod
-        inner = _wrappers.inner(mod)
+        inner = _fleet.inner(mod)
         object.__setattr__(self, "_inner", inner)
         object.__setattr__(self, "_compiled", CompiledFunction(type(inner).forward, bound_module=inner, **opts))
 

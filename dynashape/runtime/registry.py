@@ -18,3 +18,42 @@ def get_backend(backend):
         return BACKENDS[backend]()
     except KeyError:
         raise ValueError(f"unknown backend {backend!r}; available: {sorted(BACKENDS)}") from None
+
+
+class _Fleet:
+    """What the fleet layer (dynashape/fleet/, above this one) does at a compile and a module
+    compile; it installs its functions here when imported. The defaults do nothing."""
+
+    @staticmethod
+    def seed(cf, L) -> None:
+        """Before a trace: make dynamic what the PGO profile says varied in earlier runs."""
+
+    @staticmethod
+    def sync(cf, L) -> None:
+        """Before a trace, with compiler collectives: agree with the other ranks on what is dynamic."""
+
+    @staticmethod
+    def record(cf, L) -> None:
+        """After a compile: what this call's sizes add to the profile."""
+
+    @staticmethod
+    def inner(mod):
+        """The module whose forward `ds.compile(mod)` compiles (the model a DDP wrapper holds)."""
+        return mod
+
+    @staticmethod
+    def opaque_reason(mod):
+        """Why calling `mod` inside a trace cannot be recorded as tensor ops, or None."""
+        return None
+
+    advice = ""  # what to do about an opaque module
+
+
+FLEET = _Fleet()
+
+
+def register_fleet(**functions) -> None:
+    for name, fn in functions.items():
+        if not hasattr(FLEET, name):
+            raise AttributeError(f"the fleet has no hook {name!r}")
+        setattr(FLEET, name, fn)

@@ -9,7 +9,7 @@ Each call site reads one flag first, so tracing off costs one attribute read:
 Events (the writer's `on_<kind>` methods): compile_start, phase, compile_end,
 compile_failed, graph_break, recompile, limit_hit (runtime/compile.py);
 create_symbol, create_unbacked_symbol, guard_added, specialization (ShapeEnv);
-pgo_read, pgo_write (runtime/pgo.py). A backend may emit
+pgo_read, pgo_write (fleet/pgo.py). A backend may emit
 `("phase", "kernel_compile", seconds)` and `("kernel_cache", hit, key)`.
 """
 from __future__ import annotations

@@ -19,7 +19,7 @@ import threading
 import time
 
 from ...runtime.config import config
-from ...runtime.pgo_store import pgo_dir
+from ...fleet.pgo_store import pgo_dir
 from ...symbolic import tracehook
 
 log = logging.getLogger("dynashape.fused")

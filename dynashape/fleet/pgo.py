@@ -41,7 +41,7 @@ import torch
 from ..symbolic import tracehook as _th
 from ..symbolic.sources import SizeSource, Source
 from . import pgo_store as _store
-from .config import config
+from ..runtime.config import config
 from .pgo_profile import (DYN, FunctionId, Profile, atom_at, dynamic_parts, merge_atom, merge_entry, observe,
                           render_entry)
 

@@ -23,7 +23,7 @@ import os
 
 import torch
 
-from .config import config
+from ..runtime.config import config
 from .pgo_profile import atom_at, dynamic_parts, merge_entry, observe
 
 TIMEOUT_ENV = "DYNASHAPE_COLLECTIVES_TIMEOUT"

@@ -18,9 +18,9 @@ import pytest
 import torch
 
 import dynashape as ds
-from dynashape.runtime import pgo, pgo_store
-from dynashape.runtime.pgo_profile import FunctionId, Profile
-from dynashape.runtime.redis_store import Redis, RedisError
+from dynashape.fleet import pgo, pgo_store
+from dynashape.fleet.pgo_profile import FunctionId, Profile
+from dynashape.fleet.redis_store import Redis, RedisError
 
 
 def times_two(x):
@@ -393,7 +393,7 @@ def test_an_unreachable_redis_is_one_warning_and_the_local_store_keeps_working(m
 
 
 def test_redis_urls_are_parsed_and_never_print_the_password():
-    from dynashape.runtime.redis_store import parse_url
+    from dynashape.fleet.redis_store import parse_url
     u = parse_url("redis://:s3cret@example.internal:6380/3")
     assert (u.host, u.port, u.db, u.password) == ("example.internal", 6380, 3, "s3cret")
     assert "s3cret" not in str(u)

@@ -10,7 +10,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 import dynashape as ds
-from dynashape.runtime.collectives import CompilerCollectiveError
+from dynashape.fleet.collectives import CompilerCollectiveError
 
 pytestmark = pytest.mark.skipif(not dist.is_available(), reason="torch.distributed is not available")
 

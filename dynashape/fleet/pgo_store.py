@@ -16,7 +16,7 @@ import tempfile
 import time
 import warnings
 
-from .config import config
+from ..runtime.config import config
 from .pgo_profile import MAX_PROFILE_BYTES
 from .redis_store import Redis, RedisError, parse_url
 
