@@ -20,6 +20,7 @@ from ..symbolic.shape_env import DimConstraint, DimDynamic, ShapeEnv
 from ..symbolic.sources import ItemSource, ModuleMemberSource, SizeSource, Source
 from ..symbolic.symtypes import SymBase
 from ..symbolic.userloc import user_location
+from .datadep import with_history
 from .errors import GraphBreak
 from . import autocast, meta_cache
 from .fake import FakeTensor, make_fake
@@ -433,7 +434,8 @@ class Tracer:
             dtype = next((a.dtype for a in leaves(args) if isinstance(a, torch.Tensor)), torch.float32)
             dtypes = [dtype] * len(shape_list)
         outs = [torch.empty([meta_value(d) for d in s], dtype=dt, device="meta") for s, dt in zip(shape_list, dtypes)]
-        return outs[0] if isinstance(shapes, tuple) else tuple(outs)
+        # made from sizes alone: the autograd history eager's results have (requires_grad, grad_fn)
+        return with_history(func, args, kwargs, outs[0] if isinstance(shapes, tuple) else tuple(outs))
 
     def _lift_leaf(self, x):
         if isinstance(x, torch.Tensor) and not isinstance(x, FakeTensor):

@@ -184,6 +184,19 @@ def test_data_dependent_results_have_eagers_grad_fn_names():
     same_as_eager(f, lambda k: (torch.tensor([1.0, -1.0, 2.0]).requires_grad_(),))
 
 
+@pytest.mark.parametrize("op", [lambda v, w: v + w, lambda v, w: torch.where(w > 0, v, w), lambda v, w: v * w.detach(),
+                                lambda v, w: torch.cat([v, w]), lambda v, w: v.unsqueeze(0).expand(2, -1) * 2],
+                         ids=["add", "where", "mul_by_constant", "cat", "expand"])
+def test_ops_on_a_data_dependent_size_keep_the_autograd_history(op):
+    # the training fuzzer: `torch.where(w > 0, w[w.nonzero(...)], w)` came out a leaf that did not
+    # require grad (made from the rule's shapes alone), so a branch on it took the other side
+    def f(w):
+        v = w[w.nonzero(as_tuple=True)]
+        h = op(v, w)
+        return (h.clone() if h.requires_grad and not h.is_leaf else h.relu()), type(h.grad_fn).__name__
+    same_as_eager(f, lambda k: (torch.tensor([1.5, -0.3, 2.0][: 3 - k % 2]).requires_grad_(),))
+
+
 def test_data_dependent_results_under_no_grad_do_not_require_grad():
     def f(x):
         h = x[x > 0]
