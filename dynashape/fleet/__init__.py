@@ -5,5 +5,5 @@ from __future__ import annotations
 from ..runtime.registry import register_fleet
 from . import collectives, pgo, wrappers
 
-register_fleet(seed=pgo.seed, sync=collectives.sync, record=pgo.record, inner=wrappers.inner,
+register_fleet(seed=pgo.seed, sync=collectives.sync, agree=collectives.agree, record=pgo.record, inner=wrappers.inner,
                opaque_reason=wrappers.opaque_reason, advice=wrappers.ADVICE)

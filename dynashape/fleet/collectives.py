@@ -92,6 +92,25 @@ def sync(cf, L: dict) -> None:
         _decide(fs, obs, everyone)
 
 
+def agree(cf, missed: bool) -> bool:
+    """On every call of a compiled function: whether any rank missed its cache. Then all compile
+    (the ones that hit too), so the all-gather at the compile finds every rank, and the ranks keep
+    the same graphs. One all-reduce of an int on the collectives' group per call."""
+    dist = _dist()
+    if dist is None:
+        return missed
+    flag = torch.tensor([int(missed)])
+    try:
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=_group(dist))
+    except Exception as e:
+        raise CompilerCollectiveError(
+            f"dynashape: compiler collective failed on rank {dist.get_rank()} at a call of {cf.__name__} "
+            f"({cf._where()}): not every rank called it within {timeout():g}s. With "
+            f"config.enable_compiler_collectives=True every rank must call the same compiled functions in "
+            f"the same order. Underlying error: {str(e).splitlines()[0] if str(e) else type(e).__name__}") from e
+    return bool(flag.item())
+
+
 def _decide(fs, obs, everyone) -> None:
     dynamic_somewhere = {}
     for o in everyone:

@@ -33,6 +33,7 @@ from ..tracing.inputs import ValueInput
 from ..tracing.tracer import Tracer
 from ..tracing.meta_cache import modes_now
 from .config import config
+from .config import COLLECTIVES_ON as _COLLECTIVES_ON
 from .registry import FLEET as _fleet
 from . import wrappers as _wrappers
 from . import stance as _stance
@@ -159,6 +160,8 @@ class CompiledFunction:
         L = self._bind(args, kwargs)
         shape = ((len(args), tuple(kwargs)) if kwargs else len(args)) if self._shape_matters else 0
         e = self._cache.lookup(L, shape)
+        if _COLLECTIVES_ON[0] and _fleet.agree(self, e is None) and e is not None:
+            return self._miss(L, args, kwargs, stance, other_rank=True)  # another rank recompiles: so do we
         if e is not None:
             if e.fn is None:
                 return self._fn(*args, **kwargs)
@@ -174,7 +177,16 @@ class CompiledFunction:
             return self._fn(*args, **kwargs)
         return self._miss(L, args, kwargs, stance)
 
-    def _miss(self, L, args, kwargs, stance="default"):
+    def _miss(self, L, args, kwargs, stance="default", other_rank=False):
+        if other_rank:  # this rank's guards passed: it compiles because another rank's failed
+            reasons = ["another rank recompiles this call (compiler collectives keep the ranks' graphs alike)"]
+            self.stats.add_reasons(reasons)
+            if stance == "fail_on_recompile":
+                raise RecompileError(f"{self.__name__} ({self._where()}) would recompile under stance "
+                                     f"'fail_on_recompile':\n  - {reasons[0]}", reasons)
+            if len(self.entries) >= config.recompile_limit:
+                return self._limit_hit(args, kwargs, reasons)
+            return self._compile_and_run(L, args, kwargs)
         if self.entries:
             reasons = []
             shape = self._call_shape(args[1:] if self._module is not None else args, kwargs)

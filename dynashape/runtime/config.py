@@ -44,6 +44,14 @@ _ENV = {"dynamic_sources": "DYNASHAPE_DYNAMIC_SOURCES", "unbacked_sources": "DYN
         "trace_dir": "DYNASHAPE_TRACE", "fused_cache_dir": "DYNASHAPE_FUSED_CACHE_DIR",
         "backend": "DYNASHAPE_BACKEND"}
 _WATCH = {"trace_dir": tracehook.set_directory}  # knobs that low layers read as a flag
+COLLECTIVES_ON = [False]  # enable_compiler_collectives, read on every compiled call
+
+
+def _collectives(on: bool) -> None:
+    COLLECTIVES_ON[0] = on
+
+
+_WATCH["enable_compiler_collectives"] = _collectives
 
 
 class Config:

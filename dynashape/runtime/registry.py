@@ -33,6 +33,12 @@ class _Fleet:
         """Before a trace, with compiler collectives: agree with the other ranks on what is dynamic."""
 
     @staticmethod
+    def agree(cf, missed: bool) -> bool:
+        """With compiler collectives, on every call: whether any rank missed its cache (then every
+        rank compiles, together)."""
+        return missed
+
+    @staticmethod
     def record(cf, L) -> None:
         """After a compile: what this call's sizes add to the profile."""
 
