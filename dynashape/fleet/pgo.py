@@ -17,8 +17,8 @@ stored (a local JSON file per key, and optionally a Redis server shared by a fle
 
 The profile key is `config.job_id` (env DYNASHAPE_JOB_ID) when set, otherwise the absolute path
 of the main script (no script: the REPL, `python -c`, a test under pytest: no PGO without a job
-id); under torch.distributed the rank is appended (ranks share what they see through compiler
-collectives instead). The store is `config.pgo_dir` (env DYNASHAPE_CACHE_DIR, default
+id); under torch.distributed the rank is appended, or, with compiler collectives on, `:ranks`:
+one profile for all ranks (they agree on what is dynamic), which a job of any size starts from. The store is `config.pgo_dir` (env DYNASHAPE_CACHE_DIR, default
 `~/.cache/dynashape/pgo`); `config.pgo=False` turns all of this off.
 
 Writes are off the compile path: a recompile hands the profile to one background writer thread;
@@ -53,7 +53,9 @@ __all__ = ["Profile", "clear", "current_key", "flush", "keys", "profile", "rende
 
 # ---------------------------------------------------------------------------- keys and identity
 def current_key() -> str | None:
-    """`config.job_id`, else the main script's absolute path; `:rank<N>` under torch.distributed.
+    """`config.job_id`, else the main script's absolute path; `:rank<N>` under torch.distributed,
+    or `:ranks` with compiler collectives on: the ranks then make the same decisions, so they share
+    one profile, and a later job of any number of ranks starts from it.
 
     None (PGO off) without a job id when there is no script to key on: the REPL, `python -c`,
     and test suites under pytest, whose runs must not change each other's compile counts.
@@ -62,7 +64,9 @@ def current_key() -> str | None:
     if key is None:
         return None
     rank = _rank()
-    return key if rank is None else f"{key}:rank{rank}"
+    if rank is None:
+        return key
+    return f"{key}:ranks" if config.enable_compiler_collectives else f"{key}:rank{rank}"
 
 
 def _script_key() -> str | None:

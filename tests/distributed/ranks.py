@@ -151,3 +151,20 @@ def raise_on_rank(rank, world, bad_rank):
         cm(x).sum().backward()
         dist.barrier()
     return "finished"
+
+
+def pgo_job(rank, world, cache_dir, steps=4):
+    """A job with compiler collectives and a shared PGO profile: compile counts of a DDP model
+    trained on batch sizes that change every step."""
+    warnings.simplefilter("ignore")
+    ds.reset()
+    with ds.config.patch(job_id="fleet-test", pgo_dir=cache_dir, pgo=True, enable_compiler_collectives=True):
+        model = ds.compile(DDP(build("mlp")))
+        opt = torch.optim.SGD(model.parameters(), lr=0.05)
+        for step in range(steps):
+            loss = loss_of("mlp", model, batch("mlp", rank, step), False)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        ds.pgo.flush()
+        return {"compiles": model.stats.compiles, "key": ds.pgo.current_key()}
