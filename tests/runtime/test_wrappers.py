@@ -107,3 +107,38 @@ def test_the_forward_swap_restores_an_instance_forward():
     with wrappers.ForwardSwap(m, lambda x: x):
         pass
     assert "forward" not in m.__dict__
+
+
+def _ckpt(reentrant):
+    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import CheckpointImpl, checkpoint_wrapper
+    impl = CheckpointImpl.REENTRANT if reentrant else CheckpointImpl.NO_REENTRANT
+    return lambda lin: checkpoint_wrapper(lin, checkpoint_impl=impl)
+
+
+WRAPPED = {  # wrappers whose forward does more than tensor ops (hooks, recomputation, buffers)
+    "checkpoint_wrapper": _ckpt(False),
+    "checkpoint_wrapper (reentrant: a graph break)": _ckpt(True),
+    "spectral_norm (a pre hook updating buffers)": torch.nn.utils.spectral_norm,
+    "parametrizations.spectral_norm": torch.nn.utils.parametrizations.spectral_norm,
+    "parametrizations.weight_norm": torch.nn.utils.parametrizations.weight_norm,
+}
+
+
+@pytest.mark.parametrize("name", list(WRAPPED))
+def test_wrapped_layers_train_as_in_eager(name):
+    runs = []
+    for compiled in (False, True):
+        torch.manual_seed(0)
+        m = torch.nn.Sequential(WRAPPED[name](torch.nn.Linear(8, 8)), torch.nn.Tanh(), torch.nn.Linear(8, 2))
+        f = ds.compile(m) if compiled else m
+        opt = torch.optim.SGD(m.parameters(), lr=0.1)
+        losses = []
+        for i in range(4):
+            x = torch.randn(3 + i % 2, 8, generator=torch.Generator().manual_seed(i))
+            loss = f(x).pow(2).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            losses.append(loss.detach())
+        runs.append((losses, [t.detach().clone() for t in list(m.parameters()) + list(m.buffers())]))
+    torch.testing.assert_close(runs[1], runs[0], rtol=0, atol=0)
