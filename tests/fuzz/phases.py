@@ -128,8 +128,9 @@ def _enable_grad_in_no_grad():
 
 
 class _Run:
-    def __init__(self, fn, inputs, dtype):
+    def __init__(self, fn, inputs, dtype, perturb=None):
         self.fn, self.inputs, self.dtype, self.rec = fn, inputs, dtype, []
+        self.perturb = perturb  # a seed: float inputs scaled by 1 + 1e-6 noise (is an index rounding's choice?)
 
     def stage(self, label, thunk):
         try:
@@ -140,6 +141,12 @@ class _Run:
 
     def forward(self, tag, call, leaves=None, ctx=contextlib.nullcontext):
         leaves = leaves if leaves is not None else make_leaves(self.inputs, call, self.dtype)
+        if self.perturb is not None:
+            g = torch.Generator().manual_seed(self.perturb)
+            with torch.no_grad():
+                for t in leaves:
+                    if isinstance(t, torch.Tensor) and t.dtype.is_floating_point:
+                        t.mul_(1 + 1e-6 * torch.randn(t.shape, generator=g, dtype=t.dtype))
         args = args_of(self.inputs, leaves)  # built before the call, grad on
         with ctx():
             out = self.stage(tag + "forward", lambda: self.fn(*args))
@@ -218,10 +225,11 @@ _PHASE_FNS = {"plain": _plain, "no_grad": _no_grad, "enable_grad": _enable_grad,
               "accumulate": _accumulate, "grad_penalty": _grad_penalty}
 
 
-def run_phase(fn, inputs, calls, phase, dtype=torch.float32):
+def run_phase(fn, inputs, calls, phase, dtype=torch.float32, perturb=None):
     """The record of calling `fn` on `calls` (one group, see `groups`) under `phase`.
-    dtype=torch.float64: the float inputs and the default dtype in float64 (the oracle's arbiter)."""
-    r = _Run(fn, inputs, dtype)
+    dtype=torch.float64: the float inputs and the default dtype in float64 (the oracle's arbiter);
+    perturb: a seed, the float inputs scaled by 1 + 1e-6 noise (the arbiter of indices)."""
+    r = _Run(fn, inputs, dtype, perturb)
     default = torch.get_default_dtype()
     torch.set_default_dtype(dtype)
     try:

@@ -486,7 +486,8 @@ def main():
         done += len(group)
         want = run_phase({name}, INPUTS, group, PHASE)
         got = run_phase(cf, INPUTS, group, PHASE)
-        bad = compare(want, got, lambda: run_phase({name}, INPUTS, group, PHASE, torch.float64))
+        bad = compare(want, got, lambda: run_phase({name}, INPUTS, group, PHASE, torch.float64),
+                      lambda k: run_phase({name}, INPUTS, group, PHASE, perturb=k))
         if bad is not None:
             kind, exc, message = bad
             print(f"BUG ({{kind}}): call {{done - 1}} (sizes {{group[-1][0]}}), phase {{PHASE}}: {{message}}")

@@ -8,7 +8,10 @@ from .oracle import check_fused
 
 UNARY = [torch.sigmoid, torch.tanh, F.gelu, F.silu, torch.relu, torch.exp, lambda v: v.abs().sqrt(),
          lambda v: v * 0.5 + 1, lambda v: v.clamp(-1, 1), torch.neg]
-BINARY = [torch.add, torch.mul, torch.sub, torch.maximum, lambda a, b: torch.where(a > b, a, b * 2),
+# where's branches meet where the comparison flips (|a - b| either way): a program can compare values
+# that are equal mathematically (sqrt(x) * sqrt(x) against x), and eager's float32 sqrt is not
+# correctly rounded (the kernel's is), so a discontinuous choice there would compare rounding, not code
+BINARY = [torch.add, torch.mul, torch.sub, torch.maximum, lambda a, b: torch.where(a > b, a - b, b - a),
           lambda a, b: a / (b.abs() + 1)]
 ROWWISE = [lambda v: v - v.mean(-1, keepdim=True), lambda v: v / (v.std(-1, keepdim=True) + 1),
            lambda v: v.softmax(-1), lambda v: v * v.amax(-1, keepdim=True),
