@@ -31,6 +31,8 @@ TRAIN_SEED = 20261124
 
 @pytest.mark.skipif(BUDGET <= 0, reason="DYNASHAPE_FUZZ_SECONDS=0")
 def test_random_programs_compiled_under_every_mode_match_eager():
+    from dynashape.backends.fused import build
+    failed_builds = build.counters["failures"]
     rep = fuzz(SEED, BUDGET, reduce_s=4.0, max_reduce=4, reserve_s=min(5.0, BUDGET / 4), log=lambda m: None)
     assert rep.programs > 0
     if rep.failures:
@@ -38,10 +40,14 @@ def test_random_programs_compiled_under_every_mode_match_eager():
                             for f, _ in rep.distinct.values())
         pytest.fail(f"{rep.summary()}\n\nreduced failing programs (reproduce with `make fuzz "
                     f"FUZZ_SEED={SEED}`, scripts in fuzz-failures/):\n\n{shown}", pytrace=False)
+    # a region the fused backend could not lower or build is a gap in it, not a fallback to live with
+    assert build.counters["failures"] == failed_builds, "the fused backend failed to build a region (its warning says why)"
 
 
 @pytest.mark.skipif(TRAIN_BUDGET <= 0, reason="DYNASHAPE_FUZZ_TRAIN_SECONDS=0")
 def test_random_training_programs_compiled_under_every_mode_match_eager_outputs_and_gradients():
+    from dynashape.backends.fused import build
+    failed_builds = build.counters["failures"]
     rep = fuzz(TRAIN_SEED, TRAIN_BUDGET, reduce_s=4.0, max_reduce=4, reserve_s=min(5.0, TRAIN_BUDGET / 4),
                log=lambda m: None, mode="train", backends=MIXED)
     assert rep.programs > 0 and len(rep.phases) > 1
@@ -51,6 +57,7 @@ def test_random_training_programs_compiled_under_every_mode_match_eager_outputs_
                             for f, _ in rep.distinct.values())
         pytest.fail(f"{rep.summary()}\n\nreduced failing programs (reproduce with `make fuzz FUZZ_MODE=train "
                     f"FUZZ_SEED={TRAIN_SEED}`, scripts in fuzz-failures/):\n\n{shown}", pytrace=False)
+    assert build.counters["failures"] == failed_builds, "the fused backend failed to build a region (its warning says why)"
 
 
 def _calls(f):

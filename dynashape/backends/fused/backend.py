@@ -20,7 +20,7 @@ import sympy
 import torch
 
 from ...ir.codegen import _call, _Emitter, compile_graph, exec_source
-from ...ir.graph import Graph, SymExpr, _nodes_in, map_args
+from ...ir.graph import Graph, SymExpr, _nodes_in, _sym_exprs_in, map_args
 from ...ir.printing import format_node
 from ...ir.tree import compile_tree
 from ...runtime.config import config
@@ -146,6 +146,9 @@ class RegionRuntime:
             for s in o.meta.shape:
                 if not isinstance(s, int):
                     sym_set |= s.free_symbols
+        for n in region.nodes:  # sizes the torch calls name (reshape(s1, s0)) though the kernel may not
+            for e in _sym_exprs_in((n.args, n.kwargs)):
+                sym_set |= e.expr.free_symbols
         # amax/amin over an empty dim raise in eager; the kernel would return -inf: let torch raise
         self.nonempty = None
         if any(ops.op_name(n.target) in ("amax", "amin") for n in region.nodes):

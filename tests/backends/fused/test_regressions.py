@@ -271,3 +271,27 @@ def test_grad_mode_the_function_leaves_behind_survives_a_fused_rewrite():
             got = (cf(torch.randn(3, 4)), torch.is_grad_enabled())
             torch.set_grad_enabled(True)
             assert got[1] == want[1]
+
+
+def test_a_region_whose_torch_calls_name_a_size_its_kernel_does_not_use_still_fuses():
+    # reshape(s0, u0) names s0 (v3.size(1), equal to u0 after the broadcast); the kernel indexes by
+    # u0 alone, so the region's torch calls (its autograd path) used s0 without receiving it: the lint
+    # refused the code and the region stayed torch calls (fuzz seed 20261123)
+    from dynashape.backends.fused import build
+
+    def f(x, y):
+        v0 = y[torch.arange(y.size(0)) % 2 == 0]
+        v3 = (v0.roll(1, 0) - x).roll(1, 0)
+        v4 = v3.sum((0, -1), keepdim=True)
+        v5 = v3.reshape(v3.size(1), v3.size(0))
+        return v4 / (v5.masked_fill(v5 > 1, 0.0).abs() + 1)
+
+    before = build.counters["failures"]
+    for mode in (True, None, False):  # automatic dynamic: 1 then 2 and 7 make u0 and s0
+        cf = ds.compile(f, dynamic=mode, backend="fused")
+        for m in (4, 2, 7, 1):
+            x, y = torch.randn(1, m), torch.randn(1, m)
+            torch.testing.assert_close(cf(x, y), f(x, y))
+        assert all(any("masked_fill" in names for names in [[n.name for n in rt.region.nodes]
+                                                            for rt in e.fn.regions]) for e in cf.entries)
+    assert build.counters["failures"] == before
