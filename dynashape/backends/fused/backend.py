@@ -27,7 +27,7 @@ from ...runtime.config import config
 from ...runtime.registry import register_backend
 from ...symbolic.printer import pyexpr
 from . import build
-from . import ops
+from . import autodiff, ops
 from .cppgen import CppGen
 from .lower import Lowerer, Region, Unfusable
 from .schedule import schedule
@@ -162,6 +162,26 @@ class RegionRuntime:
         self.kernel = None
         self.wrapper = None
         self.torch_calls = self._torch_calls()  # the region as torch calls (its names checked now)
+        try:  # the backward under autograd, as generated Python (compiled at the first backward)
+            self.backward = autodiff.backward_source(region, self.name, self.symbols)
+        except autodiff.NoRule as e:
+            log.debug("region %s keeps its torch calls under autograd: no rule for %s", self.name, e)
+            self.backward = None
+        self._backward_fn = None
+
+    @property
+    def backward_fn(self):
+        """The region's backward, compiled by dynashape (dynamic sizes, the fused backend) on first use."""
+        if self._backward_fn is None:
+            from ...runtime.compile import compile as ds_compile
+            ns = dict(self.backward.namespace)
+            exec_source(self.backward.source, "fused-backward", ns)
+            self._backward_fn = ds_compile(ns[f"{self.name}_backward"], dynamic=True, backend="fused")
+        return self._backward_fn
+
+    def kernel_call(self, *args):
+        """The region's kernel (autograd off: FusedRegion.forward)."""
+        return self.wrapper(*args)
 
     def compile(self) -> None:
         n_ptr = self.spec.n_in + self.spec.n_out
@@ -191,10 +211,13 @@ class RegionRuntime:
         if self.nonempty is not None:
             lines.append(f"    if ({pyexpr(self.nonempty)}) == 0:")
             lines.append(f"        {torch_calls}")
-        if grad_ins:  # autograd records eager's own calls: a kernel would be recomputed for the backward
-            cond = " or ".join(f"{a}.requires_grad" for a in grad_ins)
+        if grad_ins:  # autograd records: the region's Function (kernel forward, generated backward), or
+            cond = " or ".join(f"{a}.requires_grad" for a in grad_ins)  # where a member has no rule, its torch calls
             lines.append(f"    if _grad_on() and ({cond}):")
-            lines.append(f"        {torch_calls}")
+            if self.backward is not None:
+                lines.append(f"        return _apply(_rt, {len(ins)}, {params})")
+            else:
+                lines.append(f"        {torch_calls}")
         outs = []
         epilogue = []
         for j, o in enumerate(r.outputs):
@@ -222,7 +245,7 @@ class RegionRuntime:
             lines[-1] = f"    return ({', '.join(outs)})"
         src = "\n".join(lines) + "\n"
         ns = {"torch": torch, "_empty": torch.empty, "_kernel": self.kernel, "_nthreads": torch.get_num_threads,
-              "_grad_on": torch.is_grad_enabled, "_rt": self}
+              "_grad_on": torch.is_grad_enabled, "_rt": self, "_apply": autodiff.FusedRegion.apply}
         exec_source(src, "fused-region", ns)
         fn = ns[self.name]
         fn.source = src
