@@ -36,6 +36,9 @@ class _Emitter:
         self.g = g
         self.ns: dict = {"torch": torch, "math": math}
         self.names: dict[int, str] = {}
+        # a symbol's variable is its binding node's, whose name may differ from the symbol's: an
+        # int argument named `s1` takes the name `s1`, and the node binding symbol s1 is `s1_1`
+        self.sym_vars = {n.target: n.name for n in g.nodes if n.kind == "symbol"}
 
     def const(self, value, hint="c") -> str:
         for k, v in self.ns.items():
@@ -46,7 +49,7 @@ class _Emitter:
         return name
 
     def sym_name(self, sym) -> str:
-        return str(sym)
+        return self.sym_vars.get(sym, str(sym))
 
     def arg(self, a) -> str:
         if isinstance(a, Node):

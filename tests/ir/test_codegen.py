@@ -50,3 +50,16 @@ def test_generated_code_that_reads_a_name_it_does_not_define_is_refused():
     exec_source("def f(a):\n    b = torch.relu(a)\n    return b\n", "test", ns)  # defined: fine
     with pytest.raises(UndefinedNameError, match="size"):
         exec_source("def g(a):\n    return torch.nn.functional.layer_norm(a, size)\n", "test", dict(ns))
+
+
+@pytest.mark.parametrize("backend", ["eager", "fused"])
+def test_an_argument_named_like_a_symbol_does_not_shadow_it(backend):
+    # the int argument `s1` took the variable name s1, the node binding symbol s1 became `s1_1`,
+    # and code that read the symbol as `s1` failed once the argument's variable was deleted
+    def f(x, s1, s0):
+        return x.sin() * 2 + s1 + s0 * x.size(0)
+
+    cf = ds.compile(f, dynamic=True, backend=backend)
+    for n, a, b in [(3, 2, 5), (0, 4, 1), (4, 5, 7)]:
+        x = torch.randn(n)
+        torch.testing.assert_close(cf(x, a, b), f(x, a, b))
