@@ -531,7 +531,9 @@ class Tracer:
             fake = make_fake(x, shapes[i], n, device, self)
             # its layout follows its base's, which the trace does not model; reshape & co return a view or
             # a copy depending on the sizes and strides of the call, so their layout is a view's too
-            fake.ds_view_or_copy = _fname(func).split(".")[-1] in _VIEW_OR_COPY
+            # (a view of such a result too: whose view it is, and so its history, follows that layout)
+            fake.ds_view_or_copy = _fname(func).split(".")[-1] in _VIEW_OR_COPY or (x._is_view() and any(
+                getattr(a, "ds_view_or_copy", False) for a in leaves((args, kwargs)) if isinstance(a, FakeTensor)))
             fake.ds_view = x._is_view() or fake.ds_view_or_copy
             fake.ds_odd_layout = odd_inputs or (not fake.ds_view and _odd_layout(x))
             fake.ds_may_alias = returns_input

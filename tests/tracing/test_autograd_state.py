@@ -426,3 +426,24 @@ def test_a_custom_autograd_function_keeps_its_backward():
         assert got[0] == got[1]
         assert any("_Square.apply" in b for b in cf.stats.graph_breaks)
     assert torch.autograd.Function.__dict__["apply"].__func__.__name__ == "apply"  # unpatched after tracing
+
+
+def test_a_view_of_contiguous_s_result_answers_grad_fn_as_eager_for_every_size():
+    # x.t().contiguous() is a copy for n >= 2 and x's view for n <= 1; a view of it, changed in place
+    # under no_grad, raises on .grad_fn in eager only where it views the leaf x. The entry compiled
+    # for n = 2 (automatic dynamic, after n = 0) ran for n = 0 (train fuzz seed 25112633)
+    def f(x):
+        v = x.transpose(0, 1).contiguous().view(-1).exp_()
+        return v.sin() if v.grad_fn is not None else v + 1
+
+    cf = ds.compile(f, backend="eager")
+    for n in (0, 2, 0, 3, 1):
+        results = []
+        for fn in (f, cf):
+            x = torch.randn(n, n, requires_grad=True)
+            try:
+                with torch.no_grad():
+                    results.append(fn(x).shape)
+            except RuntimeError as e:
+                results.append(type(e))
+        assert results[0] == results[1], n
