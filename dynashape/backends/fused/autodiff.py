@@ -24,6 +24,7 @@ so double backward (`create_graph=True`) differentiates it like any other code.
 """
 from __future__ import annotations
 
+import math
 import re
 from typing import NamedTuple
 
@@ -36,6 +37,7 @@ from . import ops
 _SQRT1_2 = 0.7071067811865476
 _GELU_K = 0.3989422804014327  # 1 / sqrt(2 pi)
 _ERF_K = 1.1283791670955126  # 2 / sqrt(pi)
+_SQRT2_PI = 0.7978845608028654  # sqrt(2 / pi)
 
 
 class NoRule(Exception):
@@ -55,19 +57,76 @@ UNARY = {
     "neg": "-{g}", "exp": "{g} * {o}", "log": "{g} / {a}", "sqrt": "{g} / (2 * {o})",
     "rsqrt": "-0.5 * {g} * {o} * {o} * {o}", "sin": "{g} * {a}.cos()", "cos": "-{g} * {a}.sin()",
     "tanh": "{g} * (1 - {o} * {o})", "sigmoid": "{g} * {o} * (1 - {o})",
-    "relu": "torch.where({o} <= 0, 0.0, {g})", "square": "2 * {a} * {g}", "reciprocal": "-{g} * {o} * {o}",
+    "relu": "torch.where({o} <= 0, {o} * 0, {g})",  # o * 0: eager's reads the result (create_graph)
+    "square": "2 * {a} * {g}", "reciprocal": "-{g} * {o} * {o}",
     "erf": f"{{g}} * {_ERF_K} * torch.exp(-{{a}} * {{a}})",
     "silu": "{g} * torch.sigmoid({a}) * (1 + {a} * (1 - torch.sigmoid({a})))",
     "log1p": "{g} / (1 + {a})", "expm1": "{g} * ({o} + 1)",
-    "abs": "torch.where({a} > 0, {g}, torch.where({a} < 0, -{g}, {g} * 0))",  # eager: g * sgn(a), sgn(NaN) = 0
+    "abs": "{g} * {a}.sgn()",
 }
 
 
 def _gelu(n, a, g, o):
-    if _x(n, 1, "approximate", "none") != "none":
-        raise NoRule("gelu(approximate='tanh')")
     x = a[0]
+    if _x(n, 1, "approximate", "none") == "tanh":  # y = x/2 (1 + tanh(k (x + c x^3)))
+        t = f"torch.tanh({_SQRT2_PI} * ({x} + 0.044715 * {x} * {x} * {x}))"
+        return {0: f"{g} * (0.5 * (1 + {t}) + 0.5 * {x} * (1 - {t} * {t}) * {_SQRT2_PI} "
+                   f"* (1 + 3 * 0.044715 * {x} * {x}))"}
     return {0: f"{g} * (0.5 * (1 + torch.erf({x} * {_SQRT1_2})) + {x} * torch.exp(-0.5 * {x} * {x}) * {_GELU_K})"}
+
+
+def _eps(v):
+    if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v):
+        raise NoRule("a norm whose eps is not a finite constant")
+    return repr(float(v))
+
+
+def _norm(n, a, g, o):
+    """layer_norm / rms_norm over the trailing dims D: with h = the normalized x (before weight
+    and bias), r = 1/sqrt(var + eps) (rms: mean of squares) and gh = g * weight,
+    dx = r (gh - mean_D(gh) - h mean_D(gh h)) for layer_norm, r (gh - h mean_D(gh h)) for rms."""
+    rd = ops.reduce_dims(n)
+    if rd is None:
+        raise NoRule(ops.op_name(n.target))
+    x, dims, _ = rd
+    X, D = a.name(x), repr(tuple(dims))
+    layer = ops.op_name(n.target) == "layer_norm"
+    w, b = ops.arg(n, 2, "weight"), (ops.arg(n, 3, "bias") if layer else None)
+    if layer:
+        eps = _eps(ops.arg(n, 4, "eps", 1e-5))
+        pre = [f"{o}_c = {X} - {X}.mean({D}, keepdim=True)",
+               f"{o}_r = torch.rsqrt(({o}_c * {o}_c).mean({D}, keepdim=True) + {eps})"]
+        h = f"{o}_c * {o}_r"
+    else:
+        e = ops.arg(n, 3, "eps")
+        eps = _eps(torch.finfo(x.meta.dtype).eps if e is None else e)
+        pre = [f"{o}_r = torch.rsqrt(({X} * {X}).mean({D}, keepdim=True) + {eps})"]
+        h = f"{X} * {o}_r"
+    pre.append(f"{o}_h = {h}")
+    pre.append(f"{o}_gh = {g} * {a.name(w)}" if isinstance(w, Node) else f"{o}_gh = {g}")
+    centre = f" - {o}_gh.mean({D}, keepdim=True)" if layer else ""
+    out = {"_pre": pre,
+           (0, "input"): f"{o}_r * ({o}_gh{centre} - {o}_h * ({o}_gh * {o}_h).mean({D}, keepdim=True))"}
+    if isinstance(w, Node):
+        out[(2, "weight")] = f"{g} * {o}_h"
+    if isinstance(b, Node):
+        out[(3, "bias")] = g
+    return out
+
+
+def _xent(n, a, g, o):
+    """cross_entropy(x, t) over class indices: dx = (softmax(x) - onehot(t)) * the row's share of
+    g (g, g / the number of counted rows, or g[i]), 0 on rows whose target is ignore_index."""
+    x, t = n.args[0], ops.arg(n, 1, "target")
+    X, T = a.name(x), a.name(t)
+    ignore = ops.arg(n, 4, "ignore_index", -100)
+    red = ops.arg(n, 6, "reduction", "mean")
+    keep = f"({T} != {ignore!r})"
+    share = {"none": f"{g}", "sum": f"{g}",
+             "mean": f"{g} / {keep}.sum()"}[red]
+    pre = [f"{o}_w = torch.where({keep}, {share}, 0.0).unsqueeze(1)",
+           f"{o}_hot = torch.arange({X}.size(1), device={X}.device) == {T}.unsqueeze(1)"]
+    return {"_pre": pre, 0: f"({X}.softmax(1) - {o}_hot.to({X}.dtype)) * {o}_w"}
 
 
 def _binary(da, db):
@@ -91,7 +150,7 @@ def _pow(n, a, g, o):
         raise NoRule("pow with a tensor or symbolic exponent")
     if e == 0:  # eager: zeros, even where x ** -1 is inf
         return {0: f"torch.zeros_like({a[0]})"}
-    return {0: f"{g} * {e!r} * {a[0]}.pow({e - 1!r})"}
+    return {0: f"{g} * {a.name(e)} * {a[0]}.pow({a.name(e - 1)})"}
 
 
 def _where(n, a, g, o):
@@ -107,7 +166,8 @@ def _clamp(n, a, g, o):
         lo, hi = None, _x(n, 1, "max")
     if any(isinstance(v, Node) for v in (lo, hi)):
         raise NoRule("clamp with tensor bounds")
-    conds = ([f"({a[0]} >= {lo!r})"] if lo is not None else []) + ([f"({a[0]} <= {hi!r})"] if hi is not None else [])
+    conds = ([f"({a[0]} >= {a.name(lo)})"] if lo is not None else []) + \
+        ([f"({a[0]} <= {a.name(hi)})"] if hi is not None else [])
     if not conds:
         return {0: g}
     return {0: f"torch.where({' & '.join(conds)}, {g}, 0.0)"}
@@ -167,7 +227,8 @@ def _correction(n):
 RULES = {**{k: _unary(v) for k, v in UNARY.items()}, **BINARY, "gelu": _gelu, "pow": _pow, "where": _where,
          "clamp": _clamp, "clamp_min": _clamp, "clamp_max": _clamp, "contiguous": _identity, "clone": _identity,
          "dropout": _identity, "detach": _identity, **{k: _reduce for k in ("sum", "mean", "var", "std",
-                                                                           "softmax", "log_softmax")}}
+                                                                           "softmax", "log_softmax")},
+         "layer_norm": _norm, "rms_norm": _norm, "cross_entropy": _xent}
 
 
 def _reduce_to(g: str, shape_to, shape_from) -> str:
@@ -196,7 +257,7 @@ def backward_source(region, name: str, symbols) -> "Backward":
     """The source of `name`_backward(inputs..., symbols..., grads of the outputs...) with what it
     needs (see Backward). Raises NoRule when a member has none."""
     for n in region.nodes:
-        if ops.family(n) not in ("pointwise", "identity", "reduce", "composite"):
+        if ops.family(n) not in ("pointwise", "identity", "reduce", "composite", "xent"):
             raise NoRule(f"{ops.op_name(n.target)} ({ops.family(n)})")
         op = ops.op_name(n.target)
         if not n.meta.dtype.is_floating_point:
@@ -217,12 +278,15 @@ def backward_source(region, name: str, symbols) -> "Backward":
             continue
         op = ops.op_name(n.target)
         rule = _cast if op in ops.CASTS else RULES[op]
-        args = [em.arg(a) for a in n.args]
-        for pos, expr in rule(n, args, g, n.name).items():
-            src = n.args[pos] if pos < len(n.args) else None
+        got = rule(n, _Args(em, n), g, n.name)
+        for line in got.pop("_pre", ()):
+            body.append(f"    {line}")
+            reads |= set(_NAME.findall(line.split("=", 1)[1]))
+        for key, expr in got.items():
+            src = ops.arg(n, *key) if isinstance(key, tuple) else (n.args[key] if key < len(n.args) else None)
             if not (isinstance(src, Node) and ops.is_tensor(src) and src.meta.dtype.is_floating_point):
                 continue
-            if ops.family(n) != "reduce":  # a reduction's rule gives its input's shape already
+            if ops.family(n) not in ("reduce", "xent"):  # a reduction's rule gives its input's shape already
                 expr = _reduce_to(f"({expr})", src.meta.shape, n.meta.shape)
             reads |= set(_NAME.findall(expr))
             gname = f"g_{src.name}"
@@ -242,7 +306,60 @@ def backward_source(region, name: str, symbols) -> "Backward":
     wants = [i for i, t in enumerate(region.inputs) if t.meta.dtype.is_floating_point]
     rets = [grad.get(region.inputs[i], "None") for i in wants]
     lines.append(f"    return ({', '.join(rets)}{',' if len(rets) == 1 else ''})")
-    return Backward("\n".join(lines) + "\n", em.ns, wants, saved)
+    kept = {v for n in region.nodes for v in eager_saves(n)}
+    return Backward("\n".join(lines) + "\n", em.ns, wants, saved,
+                    [i for i, t in enumerate(region.inputs) if t in kept],
+                    [j for j, o in enumerate(region.outputs) if o in kept])
+
+
+# What eager's autograd keeps of a call for its backward (derivatives.yaml). It checks their
+# versions when the backward runs: a user who changes one in place in between gets an error there,
+# and so must ours, for the values a user can reach (the region's inputs and outputs).
+_KEEPS_RESULT = {"exp", "sqrt", "rsqrt", "tanh", "sigmoid", "relu", "reciprocal", "expm1", "softmax",
+                 "log_softmax", "std"}
+_KEEPS_INPUT = {"log", "sin", "cos", "square", "erf", "silu", "log1p", "abs", "gelu", "pow", "var", "std",
+                "clamp", "clamp_min", "clamp_max", "layer_norm", "rms_norm"}
+
+
+def eager_saves(n: Node) -> list:
+    if not n.meta.requires_grad:
+        return []
+    op = ops.op_name(n.target)
+    out = [n] if op in _KEEPS_RESULT else []
+    if op in _KEEPS_INPUT and n.args:
+        out.append(n.args[0])
+    if op in ("layer_norm", "rms_norm"):
+        out += [ops.arg(n, 2, "weight"), ops.arg(n, 3, "bias") if op == "layer_norm" else None]
+    if op == "cross_entropy":
+        out.append(ops.arg(n, 1, "target"))
+    if op == "where" and n.args:
+        out.append(n.args[0])
+    if op in ("mul", "div", "rdiv") and len(n.args) > 1:
+        a, b = (n.args[1], n.args[0]) if op == "rdiv" else (n.args[0], n.args[1])  # rdiv(x, y) = y / x
+
+        def rg(v):
+            return isinstance(v, Node) and ops.is_tensor(v) and v.meta.requires_grad
+        if op == "mul":
+            out += ([b] if rg(a) else []) + ([a] if rg(b) else [])
+        else:  # a / b: b for a's gradient, a and b for b's
+            out += ([b] if rg(a) else []) + ([a, b] if rg(b) else [])
+    return [v for v in out if isinstance(v, Node) and ops.is_tensor(v)]
+
+
+class _Args(list):
+    """A call's positional arguments as the generated code names them, parenthesized unless a
+    name or a plain number (`g / (s0 + 1)`, not `g / s0 + 1`); `name(v)` names any value so."""
+
+    def __init__(self, em, n):
+        self.em = em
+        super().__init__(self.name(a) for a in n.args)
+
+    def name(self, v) -> str:
+        text = self.em.arg(v)
+        return text if _ATOM.fullmatch(text) else f"({text})"
+
+
+_ATOM = re.compile(r"[A-Za-z_]\w*|\d+(\.\d*)?(e[+-]?\d+)?")
 
 
 _NAME = re.compile(r"(?<![.\w])[A-Za-z_]\w*")  # names, not attributes (torch.exp)
@@ -252,35 +369,62 @@ class Backward(NamedTuple):
     source: str
     namespace: dict
     wants: list  # the inputs it returns gradients for (positions)
-    saved: list  # the inputs it reads (positions): what the forward saves
+    saved: list  # the inputs it reads (positions)
+    eager_in: list  # the inputs eager would keep (version-checked as eager checks them)
+    eager_out: list  # the outputs eager would keep (likewise)
 
 
 class FusedRegion(torch.autograd.Function):
-    """One region under autograd: its kernel forward, its generated backward (see the module doc)."""
+    """One region under autograd: its kernel forward, its generated backward (see the module doc).
+
+    What autograd version-checks is what eager would keep (`eager_saves`), so changing a tensor in
+    place between forward and backward raises exactly where eager raises. An input the backward
+    reads that eager would not keep is held without a check: as is when no user can reach it (an
+    intermediate of the graph, which changes nothing in place), else with a copy taken at the
+    forward, used only if the original has changed by the backward."""
 
     @staticmethod
     def forward(ctx, rt, n_in, *args):
+        bw = rt.backward
         ctx.rt, ctx.n_in = rt, n_in
-        saved = rt.backward.saved
-        ctx.save_for_backward(*[args[i] for i in saved])
         ctx.syms = args[n_in:]
         out = rt.kernel_call(*args)
         outs = out if isinstance(out, tuple) else (out,)
         # what eager's would not require grad (an int result, a float made from comparisons only)
         ctx.mark_non_differentiable(*[t for t, o in zip(outs, rt.region.outputs)
                                       if not (t.dtype.is_floating_point and o.meta.requires_grad)])
+        ctx.save_for_backward(*[args[i] for i in bw.eager_in], *[outs[j] for j in bw.eager_out])
+        ctx.held = {}
+        for i in bw.saved:
+            if i not in bw.eager_in:
+                t = args[i]
+                ctx.held[i] = (t, None, None) if i in rt.internal else (t, t._version, t.clone())
         ctx.needs = [ctx.needs_input_grad[2 + i] for i in range(n_in)]
         return out
 
     @staticmethod
     def backward(ctx, *grads):
         rt = ctx.rt
+        bw = rt.backward
         ins = [None] * ctx.n_in
-        for i, t in zip(rt.backward.saved, ctx.saved_tensors):
-            ins[i] = t
+        kept = ctx.saved_tensors  # raises autograd's error where eager's would
+        for i, t in zip(bw.eager_in, kept):
+            if i in bw.saved:
+                ins[i] = t
+        for i, (t, version, copy) in ctx.held.items():
+            if version is None or t._version == version:
+                ins[i] = t
+            elif torch.is_grad_enabled():
+                raise RuntimeError(
+                    f"dynashape: an input of the fused region {rt.name} was changed in place between the "
+                    f"forward and a backward with create_graph=True; eager allows it here but the region "
+                    f"recomputes from its inputs. Change a copy instead (x = x.clone() before the in-place op), "
+                    f"or compile with backend='eager'")
+            else:
+                ins[i] = copy
         got = rt.backward_fn(*ins, *ctx.syms, *grads)
         out = [None] * ctx.n_in
-        for i, g in zip(rt.backward.wants, got):
+        for i, g in zip(bw.wants, got):
             if ctx.needs[i]:
                 out[i] = g
         return (None, None, *out, *[None] * len(ctx.syms))

@@ -168,6 +168,7 @@ class RegionRuntime:
             log.debug("region %s keeps its torch calls under autograd: no rule for %s", self.name, e)
             self.backward = None
         self._backward_fn = None
+        self.internal = frozenset()  # inputs no user can reach or change (plan() says which)
 
     @property
     def backward_fn(self):
@@ -271,6 +272,31 @@ class RegionRuntime:
         return fn
 
 
+# calls whose result is new memory (never an alias of an argument)
+_FRESH_CALLS = {"matmul", "mm", "bmm", "linear", "addmm", "baddbmm", "conv1d", "conv2d", "conv3d", "einsum",
+                "scaled_dot_product_attention", "embedding", "cat", "stack"}
+
+
+def _internal(t) -> bool:
+    """A value of the graph that no user can reach: computed into new memory, not returned."""
+    if t.kind != "call" or any(u.kind == "output" for u in t.users):
+        return False
+    name = ops.op_name(t.target)
+    if name is not None:
+        return ops.family(t) in ("pointwise", "reduce", "composite", "xent") and name not in ops.CASTS
+    return getattr(t.target, "__name__", None) in _FRESH_CALLS
+
+
+def _mutating(n) -> bool:
+    name = getattr(n.target, "__name__", "") or ""
+    return (name.endswith("_") and not name.startswith("_")) or name in _INPLACE_DUNDERS \
+        or n.kwargs.get("out") is not None
+
+
+_INPLACE_DUNDERS = {f"__i{op}__" for op in ("add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "and",
+                                            "or", "xor", "lshift", "rshift", "matmul")} | {"__setitem__"}
+
+
 def _layout_matters(graphs) -> bool:
     return any(ops.op_name(n.target) in ops.STRIDED for g in graphs for n in g.nodes if n.kind == "call")
 
@@ -282,6 +308,7 @@ def plan(graph: Graph, layout_matters: bool | None = None, used_elsewhere: froze
     rts = []
     if layout_matters is None:
         layout_matters = _layout_matters([graph])
+    mutates = any(n.kind == "call" and _mutating(n) for n in graph.nodes)
     for i, r in enumerate(schedule(graph, used_elsewhere)):
         key = (tuple(format_node(n) for n in r.nodes), tuple(o.name for o in r.outputs),
                tuple(a.name for a in r.aliases))
@@ -295,6 +322,8 @@ def plan(graph: Graph, layout_matters: bool | None = None, used_elsewhere: froze
             rts.append(RegionRuntime(r, i, layout_matters))
             if shared is not None:
                 shared[key] = rts[-1]
+            elif not mutates:
+                rts[-1].internal = frozenset(j for j, t in enumerate(r.inputs) if _internal(t))
         except Unfusable as e:
             log.debug("region of %s stays torch calls: %s", [n.name for n in r.nodes], e)
         except Exception as e:  # noqa: BLE001 - a gap in lowering/codegen: this region stays torch calls

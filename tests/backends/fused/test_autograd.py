@@ -88,11 +88,23 @@ def test_no_grad_runs_the_kernel_and_returns_no_graph():
     torch.testing.assert_close(out, chain(x, w, b).detach())
 
 
-def test_cross_entropy_gradients_match_eager():
+@pytest.mark.parametrize("kw", [{}, {"reduction": "sum", "ignore_index": 1}, {"reduction": "none"},
+                                {"ignore_index": 0}])
+def test_cross_entropy_gradients_match_eager(kw):
     def f(x, t):
-        return F.cross_entropy(x * 2, t)
-    cases = [(torch.randn(n, c, requires_grad=True), torch.randint(0, c, (n,))) for n, c in [(3, 5), (7, 40)]]
-    check_fused(f, cases, grad=True)
+        return F.cross_entropy(x * 2, t, **kw)
+    cases = [(torch.randn(n, c, requires_grad=True), torch.randint(0, c, (n,))) for n, c in [(3, 5), (7, 40), (1, 3)]]
+    cases.append((torch.randn(4, 3, requires_grad=True), torch.zeros(4, dtype=torch.long)))  # all ignored: NaN
+    cf = check_fused(f, cases, grad=True, compiles=None, equal_nan=True)
+    assert all(rt.backward is not None for e in cf.entries for rt in e.fn.regions)
+
+
+def test_3d_layer_norm_over_two_dims_gradients_match_eager():
+    def f(x, w):
+        return F.layer_norm(x * 2, x.shape[-2:], w) * 3
+    cases = [(torch.randn(2, a, c, requires_grad=True), torch.randn(a, c, requires_grad=True)) for a, c in [(3, 5), (1, 4)]]
+    cf = check_fused(f, cases, grad=True, compiles=None)
+    assert all(rt.backward is not None for e in cf.entries for rt in e.fn.regions)
 
 
 def _edges(*shape):
@@ -119,6 +131,9 @@ RULE_CASES = {
                                 + x.std(-1, keepdim=True) + x.std(-1, correction=0, keepdim=True) * y),
     "unkept": lambda x, y: x.sum(-1)[:, None] * x + x.std(-1)[:, None] + x.var(0, unbiased=False) * y,
     "softmax": lambda x, y: x.softmax(-1) * y + x.log_softmax(-1) + (x * y).softmax(0),
+    "norms": lambda x, y: (F.layer_norm(x, x.shape[-1:], y, y * 2) + F.rms_norm(x * y, x.shape[-1:], y)
+                           + F.layer_norm(x, (x.size(-1),), eps=0.1) + F.rms_norm(x, (x.size(-1),), eps=1e-3)),
+    "gelu_tanh": lambda x, y: F.gelu(x * y, approximate="tanh") + F.gelu(x),
 }
 
 
@@ -150,3 +165,97 @@ def test_the_forward_saves_only_the_inputs_the_generated_backward_reads():
             g = torch.randn_like(want)
             out.backward(g), want.backward(g)
             torch.testing.assert_close((x.grad, b.grad), (x2.grad, b2.grad))
+
+
+# ---------------------------------------------------------------- found by the training fuzzer
+def test_a_symbolic_divisor_is_parenthesized_in_the_generated_backward():
+    # `g / s0 + 1` for g / (s0 + 1): the gradient was wrong by the divisor (seed 25112631)
+    def f(y):
+        v = F.gelu(y) * F.silu(y)
+        return v / (v.size(0) + 1)
+    check_fused(f, [(torch.randn(n, 4, requires_grad=True),) for n in (3, 5)], grad=True, compiles=None)
+
+
+def test_an_infinite_clamp_bound_in_the_generated_backward():
+    def f(y):
+        v = y.clamp(max=float("inf")) * 2
+        return torch.where(v > 0, v, 1.0) + y.clamp(min=float("-inf"))
+    check_fused(f, [(torch.randn(n, 4, requires_grad=True),) for n in (3, 5)], grad=True, compiles=None)
+
+
+def _grads_or_error(fn, make, mutate, create_graph=False):
+    args = make()
+    try:
+        out = fn(*args)
+        mutate(args, out)
+        gs = torch.autograd.grad(out.sum(), [a for a in args if a.requires_grad], create_graph=create_graph)
+        return [g.detach() for g in gs]
+    except RuntimeError as e:
+        return type(e)
+
+
+@pytest.mark.parametrize("case", ["result kept by eager", "input kept by eager", "input only we read",
+                                  "input nobody keeps"])
+def test_in_place_changes_before_backward_raise_where_eager_raises(case):
+    # eager keeps relu's result and mul's inputs: changing them before backward raises there;
+    # b feeds an add (eager keeps nothing) but the generated backward recomputes from it
+    def f(x, w, b):
+        return ((x * w + b).sin() + x).relu()
+    mutate = {"result kept by eager": lambda a, out: out.add_(1),
+              "input kept by eager": lambda a, out: a[3].add_(1),
+              "input only we read": lambda a, out: a[4].add_(1),
+              "input nobody keeps": lambda a, out: None}[case]
+
+    def make():
+        torch.manual_seed(0)
+        x, w, b = (torch.randn(*s, requires_grad=True) for s in [(4, 6), (6,), (6,)])
+        return _Five(x, w, b)
+
+    with ds.config.patch(fused_sync=True):
+        cf = ds.compile(lambda x, w, b, wv, bv: f(x, wv, bv), dynamic=True, backend="fused")
+        cf(*make())  # kernels in
+        assert cf.entries[0].fn.regions and cf.entries[0].fn.regions[0].backward is not None
+        want = _grads_or_error(lambda *a: f(a[0], a[3], a[4]), make, mutate)
+        got = _grads_or_error(cf, make, mutate)
+    if isinstance(want, type):
+        assert got is want
+    else:
+        torch.testing.assert_close(got, want)
+
+
+class _Five(list):
+    """x, w, b (leaves) and non-leaf copies of w and b that the function reads (they can change in place)."""
+
+    def __init__(self, x, w, b):
+        super().__init__([x, w, b, w * 1, b * 1])
+
+
+def test_an_input_changed_in_place_before_a_double_backward_is_a_clear_error():
+    def f(x, b):
+        return (x + b).sin() * 2
+    with ds.config.patch(fused_sync=True):
+        cf = ds.compile(f, dynamic=True, backend="fused")
+        x = torch.randn(4, 6, requires_grad=True)
+        b = torch.randn(6, requires_grad=True) * 1
+        out = cf(x, b)
+        assert cf.entries[0].fn.regions
+        b.add_(1)
+        with pytest.raises(RuntimeError, match="changed in place.*create_graph"):
+            torch.autograd.grad(out.sum(), x, create_graph=True)
+
+
+@pytest.mark.parametrize("op", ["relu", "abs", "clamp", "sum"])
+def test_gradients_under_create_graph_require_grad_where_eager_s_do(op):
+    # eager's relu backward reads the result, abs's the input: their gradients require grad even
+    # where the second derivative is 0; clamp's and sum's do not (fuzz seed 25112631)
+    fns = {"relu": lambda x: (x * 1).relu() * 2, "abs": lambda x: (x * 1).abs() * 2,
+           "clamp": lambda x: (x * 1).clamp(-0.5, 0.5) * 2, "sum": lambda x: (x * 1).sum(-1) * 2}
+    f = fns[op]
+    with ds.config.patch(fused_sync=True):
+        cf = ds.compile(f, dynamic=True, backend="fused")
+        for shape in [(3, 4), (0, 2)]:
+            x = torch.randn(*shape, requires_grad=True)
+            (want,) = torch.autograd.grad(f(x).sum(), x, create_graph=True)
+            (got,) = torch.autograd.grad(cf(x).sum(), x, create_graph=True)
+            assert (got.requires_grad, got.grad_fn is None) == (want.requires_grad, want.grad_fn is None)
+            torch.testing.assert_close(got, want)
