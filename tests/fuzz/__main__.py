@@ -44,8 +44,13 @@ def main(argv=None) -> int:
           f"seed {seed}, mode {args.mode}, backend {split}, duration {rep.seconds:.0f} s")
     if "fused" in backends:  # kernels were really built (not only eager fallbacks); failures: regions left to torch
         from dynashape.backends.fused import counters
+        from dynashape.backends.fused.build import failure_messages
         print(f"fused kernels ({rep.backends.get('fused', 0)} programs): "
               + ", ".join(f"{k} {v}" for k, v in counters.items()))
+        for m in failure_messages:  # a region the backend could not lower or build: a gap to fix
+            print(f"  fused build failure: {m[:3000]}")
+        if counters["failures"]:
+            return 1
     return 1 if rep.failures else 0
 
 

@@ -36,6 +36,15 @@ log = logging.getLogger("dynashape.fused")
 _warned: set = set()
 
 
+def _failed(tag: str, msg: str) -> None:
+    """A gap in lowering or building (the code stays correct: eager code or torch calls run): counted,
+    the first messages of each kind kept in build.failure_messages (the fuzzer prints them), warned once."""
+    build.counters["failures"] += 1
+    if tag not in _warned and len(build.failure_messages) < 50:
+        build.failure_messages.append(msg)
+    _warn_once(tag, msg)
+
+
 def _warn_once(tag: str, msg: str) -> None:
     if tag not in _warned:
         _warned.add(tag)
@@ -94,10 +103,9 @@ class FusedBackend:
                 fn, regions = build_fn()
                 tiered.swap(fn, regions)
             except Exception as e:  # noqa: BLE001 - the eager code stays correct; say why once
-                build.counters["failures"] += 1
                 tiered.error = f"{type(e).__name__}: {e}"
-                _warn_once(f"fail:{type(e).__name__}:{str(e)[:80]}",
-                           f"dynashape: fused backend fell back to eager code for a graph: {tiered.error[:2000]}")
+                _failed(f"fail:{type(e).__name__}:{str(e)[:80]}",
+                        f"dynashape: fused backend fell back to eager code for a graph: {tiered.error[:2000]}")
             finally:
                 tiered.ready.set()
 
@@ -327,9 +335,8 @@ def plan(graph: Graph, layout_matters: bool | None = None, used_elsewhere: froze
         except Unfusable as e:
             log.debug("region of %s stays torch calls: %s", [n.name for n in r.nodes], e)
         except Exception as e:  # noqa: BLE001 - a gap in lowering/codegen: this region stays torch calls
-            build.counters["failures"] += 1
-            _warn_once(f"lower:{type(e).__name__}:{str(e)[:60]}",
-                       f"dynashape: fused backend left a region as torch calls ({type(e).__name__}: {e})")
+            _failed(f"lower:{type(e).__name__}:{str(e)[:60]}",
+                    f"dynashape: fused backend left a region as torch calls ({type(e).__name__}: {e})")
     return rts
 
 
@@ -352,8 +359,7 @@ def _compile_all(rts: list) -> list:
             rt.compile()
             ok.append(rt)
         except Exception as e:  # noqa: BLE001 - this region stays torch calls; the others still fuse
-            build.counters["failures"] += 1
-            _warn_once(f"cxx:{str(e)[:200]}", f"dynashape: fused backend could not build a kernel: {str(e)[:3000]}")
+            _failed(f"cxx:{str(e)[:200]}", f"dynashape: fused backend could not build a kernel: {str(e)[:3000]}")
     return ok
 
 

@@ -28,6 +28,7 @@ FLAGS = ["-O3", "-march=native", "-fopenmp", "-fno-math-errno", "-shared", "-fPI
 MVEC = ["-DDS_MVEC", "-lmvec"]  # glibc's vector math: expf/erff/tanhf... vectorize in the inner loop
 
 counters = {"compiles": 0, "disk_hits": 0, "memory_hits": 0, "failures": 0}
+failure_messages: list = []  # the first message of each kind of failure (backend._failed)
 _loaded: dict = {}  # key -> ctypes function
 _lock = threading.Lock()
 
