@@ -302,9 +302,19 @@ class Lowerer:
     def mean(self, a, dt):
         return self.ir.op("div", (self.ir.reduce("sum", a, dt), self.ir.sym(self.count(), dt)), dt)
 
+    def shift(self, a, dt):
+        """The row mean that var and layer_norm subtract, summed in float64: in float32 its rounding
+        error (an ulp of the row sum) is what the deviations lose when the mean is large next to the
+        spread (rows of 209 + N(0, 1): 3x eager's error, which keeps an accurate running mean)."""
+        if dt != torch.float32:
+            return self.mean(a, dt)
+        ir, f64 = self.ir, torch.float64
+        total = ir.reduce("sum", self.cast(a, f64), f64)
+        return self.cast(ir.op("div", (total, ir.sym(self.count(), f64)), f64), dt)
+
     def var(self, a, dt, corr):
         ir = self.ir
-        d = ir.op("sub", (a, self.mean(a, dt)), dt)
+        d = ir.op("sub", (a, self.shift(a, dt)), dt)
         ss = ir.reduce("sum", ir.op("mul", (d, d), dt), dt)
         # torch divides by max(0, n - correction): an empty row gives 0/0, NaN (not 0/-1)
         return ir.op("div", (ss, ir.sym(sympy.Max(0, self.count() - corr), dt)), dt)
@@ -341,7 +351,7 @@ class Lowerer:
         if name == "layer_norm":
             eps = ops.arg(n, 4, "eps", 1e-5)
             w, b = ops.arg(n, 2, "weight"), ops.arg(n, 3, "bias")
-            mean = self.mean(full, dt)
+            mean = self.shift(full, dt)
             var = self.var(full, dt, 0)
             rstd = ir.op("rsqrt", (ir.op("add", (var, self.scalar(eps, dt)), dt),), dt)
             out = ir.op("mul", (ir.op("sub", (here, mean), dt), rstd), dt)
