@@ -26,6 +26,60 @@ _CTYPE = {torch.float32: "float", torch.float64: "double", torch.int64: "int64_t
           torch.bool: "bool"}
 _STORE = {torch.float16: "uint16_t", torch.bfloat16: "uint16_t", **_CTYPE}
 
+_MATH_F1 = ("expf", "logf", "log1pf", "expm1f", "tanhf", "erff", "sinf", "cosf", "tanf", "exp2f", "log2f")
+_MATH_F2 = ("powf",)
+
+
+def _lane_consistent_math() -> str:
+    """C++ that routes every call of glibc's vector math (libmvec) through ONE vector variant: the
+    widest the target has (AVX-512: 16 floats / 8 doubles, else AVX2: 8 / 4). A vectorized loop
+    calls the variant of its own width and its remainder calls the scalar function, and glibc's
+    scalar, SSE, AVX2 and AVX-512 versions round differently: equal inputs gave outputs an ulp
+    apart by position, which log_softmax over large equal logits turned into -3.6e16 for -2.64.
+    Here each width's variant, and the scalar one, pads or splits its lanes into the base's."""
+    out = ["#if defined(DS_MVEC) && (defined(__AVX512F__) || defined(__AVX2__))",
+           "#if defined(__AVX512F__)",
+           "#define DS_BASE_F(NAME) _ZGVeN16v_##NAME", "#define DS_BASE_F2(NAME) _ZGVeN16vv_##NAME",
+           "#define DS_BASE_D(NAME) _ZGVeN8v_##NAME", "#define DS_BASE_D2(NAME) _ZGVeN8vv_##NAME",
+           "#define DS_WF 16", "#define DS_WD 8", "#else",
+           "#define DS_BASE_F(NAME) _ZGVdN8v_##NAME", "#define DS_BASE_F2(NAME) _ZGVdN8vv_##NAME",
+           "#define DS_BASE_D(NAME) _ZGVdN4v_##NAME", "#define DS_BASE_D2(NAME) _ZGVdN4vv_##NAME",
+           "#define DS_WF 8", "#define DS_WD 4", "#endif",
+           "typedef float ds_bf __attribute__((vector_size(DS_WF * 4)));",
+           "typedef double ds_bd __attribute__((vector_size(DS_WD * 8)));"]
+    for lanes_f, lanes_d, isa in ((4, 2, "b"), (8, 4, "c"), (8, 4, "d"), (16, 8, "e")):
+        out.append(f"typedef float ds_f{isa} __attribute__((vector_size({lanes_f * 4})));")
+        out.append(f"typedef double ds_d{isa} __attribute__((vector_size({lanes_d * 8})));")
+    for fname in _MATH_F1 + _MATH_F2:
+        for prec in ("f", "d"):
+            name = fname if prec == "f" else fname[:-1]
+            two = fname in _MATH_F2
+            ct, bt, base, w = ("float", "ds_bf", "DS_BASE_F", "DS_WF") if prec == "f" else \
+                ("double", "ds_bd", "DS_BASE_D", "DS_WD")
+            base = f"{base}2" if two else base
+            params = f"{ct} a, {ct} b" if two else f"{ct} a"
+            out.append(f'extern "C" {bt} {base}({name})({bt}{", " + bt if two else ""});')
+            out.append(f'extern "C" {ct} ds_{name}({params}) noexcept __attribute__((simd("notinbranch")));')
+            fill_b = "vb[i] = b; " if two else ""
+            out.append(f'extern "C" {ct} ds_s_{name}({params}) noexcept __asm__("ds_{name}");')
+            out.append(f'extern "C" {ct} ds_s_{name}({params}) noexcept {{ {bt} va, vb; '
+                       f'for (int i = 0; i < {w}; ++i) {{ va[i] = a; {fill_b}}} '
+                       f'return {base}({name})(va{", vb" if two else ""})[0]; }}')
+            for lanes_f, lanes_d, isa in ((4, 2, "b"), (8, 4, "c"), (8, 4, "d"), (16, 8, "e")):
+                n = lanes_f if prec == "f" else lanes_d
+                vt = f"ds_{prec}{isa}"
+                vparams = f"{vt} a, {vt} b" if two else f"{vt} a"
+                fb = "vb[i] = b[(k + i) % {n}]; ".format(n=n) if two else ""
+                out.append(f'extern "C" {vt} _ZGV{isa}N{n}{"vv" if two else "v"}_ds_{name}({vparams}) noexcept {{ '
+                           f'{vt} r; for (int k = 0; k < {n}; k += {w}) {{ {bt} va, vb; '
+                           f'for (int i = 0; i < {w}; ++i) {{ va[i] = a[(k + i) % {n}]; {fb}}} '
+                           f'{bt} o = {base}({name})(va{", vb" if two else ""}); '
+                           f'for (int i = 0; i < {w} && k + i < {n}; ++i) r[k + i] = o[i]; }} return r; }}')
+            out.append(f"#define {name} ds_{name}")
+    out.append("#endif")
+    return "\n".join(out) + "\n"
+
+
 PRELUDE = r"""
 #include <cmath>
 #include <cstdint>
@@ -33,24 +87,7 @@ PRELUDE = r"""
 #include <cstring>
 #include <algorithm>
 #include <limits>
-#ifdef DS_MVEC
-extern "C" {
-#define DS_SIMD __attribute__((simd("notinbranch")))
-float expf(float) noexcept DS_SIMD; double exp(double) noexcept DS_SIMD;
-float logf(float) noexcept DS_SIMD; double log(double) noexcept DS_SIMD;
-float log1pf(float) noexcept DS_SIMD; double log1p(double) noexcept DS_SIMD;
-float expm1f(float) noexcept DS_SIMD; double expm1(double) noexcept DS_SIMD;
-float tanhf(float) noexcept DS_SIMD; double tanh(double) noexcept DS_SIMD;
-float erff(float) noexcept DS_SIMD; double erf(double) noexcept DS_SIMD;
-float sinf(float) noexcept DS_SIMD; double sin(double) noexcept DS_SIMD;
-float cosf(float) noexcept DS_SIMD; double cos(double) noexcept DS_SIMD;
-float tanf(float) noexcept DS_SIMD; double tan(double) noexcept DS_SIMD;
-float exp2f(float) noexcept DS_SIMD; double exp2(double) noexcept DS_SIMD;
-float log2f(float) noexcept DS_SIMD; double log2(double) noexcept DS_SIMD;
-float powf(float, float) noexcept DS_SIMD; double pow(double, double) noexcept DS_SIMD;
-}
-#endif
-// b == 0 only where a size is 0 at run time, so no element is computed: 0 rather than a trap
+{MVEC}// b == 0 only where a size is 0 at run time, so no element is computed: 0 rather than a trap
 static inline int64_t ds_floordiv(int64_t a, int64_t b) { if (b == 0) return 0; int64_t q = a / b; return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q; }
 static inline int64_t ds_mod(int64_t a, int64_t b) { if (b == 0) return 0; int64_t r = a % b; return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }
 static inline float ds_h2f(uint16_t h) { _Float16 v; std::memcpy(&v, &h, 2); return (float)v; }
@@ -63,7 +100,7 @@ static inline uint16_t ds_f2bf(float f) {
 }
 template <class T> static inline T ds_maximum(T a, T b) { return (a != a || a > b) ? a : b; }
 template <class T> static inline T ds_minimum(T a, T b) { return (a != a || a < b) ? a : b; }
-"""
+""".replace("{MVEC}", _lane_consistent_math())
 
 
 @dataclass

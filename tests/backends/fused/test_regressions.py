@@ -316,3 +316,25 @@ def test_rows_with_a_large_mean_are_normalized_as_accurately_as_eager(op):
         eager_err, our_err = (want.double() - ref).abs().max(), (got.double() - ref).abs().max()
         assert our_err <= eager_err * 1.5 + 1e-6, (float(our_err), float(eager_err))
     assert cf.entries[0].fn.fused
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_equal_inputs_give_equal_outputs_at_every_position(dtype):
+    # a vectorized loop's body called glibc's AVX-512/AVX2 exp and its remainder the scalar or SSE
+    # one, which round differently: equal logits an ulp apart by position, and log_softmax over
+    # exp(exp(4)) gave -3.6e16 where eager gives -log(14) (fuzz seed 25112652)
+    fns = [torch.exp, torch.log, torch.tanh, torch.erf, torch.sin, torch.cos, torch.tan, torch.exp2,
+           torch.log2, torch.expm1, torch.log1p, lambda t: torch.pow(t, 1.7)]
+
+    def f(x):
+        return [fn(x * 1) for fn in fns] + [F.log_softmax((x * 1).exp().exp(), -1)]
+
+    cf = ds.compile(f, dynamic=True, backend="fused")
+    for n in (1, 3, 7, 14, 17, 33):
+        for v in (0.3, 4.0, 54.5):
+            x = torch.full((n,), v, dtype=dtype)
+            got = cf(x)
+            for out in got[:-1]:
+                assert out.eq(out[0]).all() or out.isnan().all(), (n, v, out)
+            torch.testing.assert_close(got[-1], f(x)[-1], equal_nan=True)
+    assert cf.entries[0].fn.fused
