@@ -284,7 +284,8 @@ def backward_source(region, name: str, symbols) -> "Backward":
             reads |= set(_NAME.findall(line.split("=", 1)[1]))
         for key, expr in got.items():
             src = ops.arg(n, *key) if isinstance(key, tuple) else (n.args[key] if key < len(n.args) else None)
-            if not (isinstance(src, Node) and ops.is_tensor(src) and src.meta.dtype.is_floating_point):
+            if not (isinstance(src, Node) and ops.is_tensor(src) and src.meta.dtype.is_floating_point
+                    and src.meta.requires_grad):  # no gradient flows to what does not require it
                 continue
             if ops.family(n) not in ("reduce", "xent"):  # a reduction's rule gives its input's shape already
                 expr = _reduce_to(f"({expr})", src.meta.shape, n.meta.shape)
@@ -303,7 +304,8 @@ def backward_source(region, name: str, symbols) -> "Backward":
     lines += [f"    {region.inputs[i].name} = {ins[i]}" for i in saved]
     lines += ["    " + _call(em, n) for n in region.nodes if n in need]
     lines += body
-    wants = [i for i, t in enumerate(region.inputs) if t.meta.dtype.is_floating_point]
+    # the inputs autograd can ask about (requires_grad is eager's answer, guarded for graph inputs)
+    wants = [i for i, t in enumerate(region.inputs) if t.meta.dtype.is_floating_point and t.meta.requires_grad]
     rets = [grad.get(region.inputs[i], "None") for i in wants]
     lines.append(f"    return ({', '.join(rets)}{',' if len(rets) == 1 else ''})")
     kept = {v for n in region.nodes for v in eager_saves(n)}
@@ -422,6 +424,9 @@ class FusedRegion(torch.autograd.Function):
                     f"or compile with backend='eager'")
             else:
                 ins[i] = copy
+        # an expanded gradient (a mean's: strides 0) would send the kernels down their strided loops,
+        # scalar index arithmetic per element (30x slower than the contiguous, vectorized ones)
+        grads = [g.contiguous() if isinstance(g, torch.Tensor) and not g.is_contiguous() else g for g in grads]
         got = rt.backward_fn(*ins, *ctx.syms, *grads)
         out = [None] * ctx.n_in
         for i, g in zip(bw.wants, got):
