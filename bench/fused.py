@@ -20,7 +20,8 @@ Then a second process with the same kernel cache runs every workload and prints 
 times it ran the C++ compiler (target 0), and the pointwise chain's achieved GB/s is printed
 next to this machine's measured copy bandwidth.
 
-With --train, training steps (forward + backward) of eager, ours replay and ours fused.
+With --train, training steps as well: bench/train.py (eager vs Inductor vs ours, per step, with
+peak memory and gradient error against float64).
 
     python bench/fused.py [--threads 1,2] [--no-inductor] [--no-sequences] [--hf] [--train]
 """
@@ -177,36 +178,6 @@ def interleaved(calls: dict) -> dict:
     return times
 
 
-def training(hf: bool) -> list:
-    """A training step (forward, loss, backward) of eager, ours replay and ours fused: medians.
-    Fused regions that autograd records run their torch calls, so fused should equal eager."""
-    torch.manual_seed(SEED)
-    x, w, b = torch.randn(64, 4096, requires_grad=True), torch.randn(4096, requires_grad=True), \
-        torch.randn(4096, requires_grad=True)
-    blk, xb = Block(), torch.randn(4, 64, 128)
-    rows = [("pointwise chain + mean/std, 64x4096", chain, lambda f: f(x, w, b).square().mean().backward()),
-            ("transformer block 4x64x128", blk, lambda f: f(xb).square().mean().backward())]
-    if hf:
-        try:
-            from transformers import GPT2Config, GPT2LMHeadModel
-            m = GPT2LMHeadModel(GPT2Config(n_layer=2, n_embd=128, n_head=4, vocab_size=1000, n_positions=256))
-            ids = torch.randint(0, 1000, (4, 64))
-            rows.append(("tiny HF GPT-2 LM (2 layers, 128), 4x64", m,
-                         lambda f: f(input_ids=ids, labels=ids).loss.backward()))
-        except Exception as e:  # noqa: BLE001
-            print(f"(tiny HF GPT-2 skipped: {e})")
-    out = []
-    for name, fn, step in rows:
-        ds.reset()
-        cs = {"eager": fn, "ours replay": ds.compile(fn, backend="eager")}
-        with ds.config.patch(fused_sync=True):
-            cs["ours fused"] = ds.compile(fn, backend="fused")
-            step(cs["ours fused"])
-        times = interleaved({k: (lambda f=f: step(f)) for k, f in cs.items()})
-        out.append((name, {k: statistics.median(v) for k, v in times.items()}))
-    return out
-
-
 def steady(name, fn, args, inductor: bool) -> dict:
     """Median per-call time of each contestant, calls interleaved one by one in a rotating
     order so every contestant sees the same background load (the machine is shared)."""
@@ -313,7 +284,7 @@ def main():
     ap.add_argument("--no-sequences", action="store_true")
     ap.add_argument("--no-steady", action="store_true")
     ap.add_argument("--hf", action="store_true")
-    ap.add_argument("--train", action="store_true", help="also time training steps (no Inductor there)")
+    ap.add_argument("--train", action="store_true", help="also time training steps (bench/train.py)")
     ap.add_argument("--only", default="", help="run the workloads whose name contains this text")
     opts = ap.parse_args()
     inductor = not opts.no_inductor
@@ -361,16 +332,10 @@ def main():
                           f"{r['ours fused'] * 1e3:.0f} | {r['ours fused, sync'] * 1e3:.0f} | {ind * 1e3:.0f} | "
                           f"**{r['ours fused'] / ind:.3f}** | {r['ours fused, sync'] / ind:.3f} | "
                           f"{r['_cxxours fused']} |", flush=True)
-    if opts.train:
-        for th in [int(t) for t in opts.threads.split(",")]:
-            torch.set_num_threads(th)
-            print(f"\n## training step (forward + backward), {th} thread(s): median ms (ratios to eager)")
-            print("| workload | eager ms | ours replay | ours fused |")
-            print("|---|---|---|---|")
-            for name, m in training(opts.hf):
-                e = m["eager"]
-                print(f"| {name} | {e * 1e3:.3f} | {m['ours replay'] / e:.2f} | **{m['ours fused'] / e:.2f}** |",
-                      flush=True)
+    if opts.train:  # training steps: bench/train.py (eager vs Inductor vs ours, memory, gradient error)
+        from bench.train import main as train_main
+        train_main(["--threads", opts.threads] + (["--no-inductor"] if not inductor else [])
+                   + ([] if opts.hf else ["--no-hf"]) + (["--no-sequences"] if opts.no_sequences else []))
     c, h = second_process(opts.hf)
     print(f"\nwarm second process (same kernel cache), every workload with backend='fused': "
           f"{c} C++ compiles, {h} libraries loaded from disk")

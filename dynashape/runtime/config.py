@@ -37,12 +37,16 @@ _DEFAULTS: dict[str, tuple[type, object]] = {
     "backend": (str, "fused"),  # what ds.compile(backend=None) uses: "fused" (default) or "eager" (replay)
     "fused_sync": (bool, False),  # backend="fused": wait for the C++ compiler instead of running eagerly meanwhile
     "fused_cache_dir": (str, ""),  # compiled kernels; default <pgo_dir>/kernels
+    # backend="fused" under autograd: a region runs its kernel as one autograd Function with a generated
+    # backward (opt-in while the training fuzzer still finds differences from eager's autograd in it);
+    # off, such a region runs its torch calls (eager's graph, gradients and speed). Read when kernels build
+    "fused_autograd": (bool, False),
 }
 _ENV = {"dynamic_sources": "DYNASHAPE_DYNAMIC_SOURCES", "unbacked_sources": "DYNASHAPE_UNBACKED_SOURCES",
         "job_id": "DYNASHAPE_JOB_ID", "pgo_remote": "DYNASHAPE_PGO_REMOTE", "pgo_dir": "DYNASHAPE_CACHE_DIR",
         "pgo_remote_timeout": "DYNASHAPE_PGO_REMOTE_TIMEOUT",
         "trace_dir": "DYNASHAPE_TRACE", "fused_cache_dir": "DYNASHAPE_FUSED_CACHE_DIR",
-        "backend": "DYNASHAPE_BACKEND"}
+        "backend": "DYNASHAPE_BACKEND", "fused_autograd": "DYNASHAPE_FUSED_AUTOGRAD"}
 _WATCH = {"trace_dir": tracehook.set_directory}  # knobs that low layers read as a flag
 COLLECTIVES_ON = [False]  # enable_compiler_collectives, read on every compiled call
 
@@ -112,7 +116,13 @@ class _Patch(contextlib.ContextDecorator):
 
 def _from_env(knob: str, env: str):
     typ, default = _DEFAULTS[knob]
+    if typ is bool:  # bool("0") is True
+        text = os.environ[env].strip().lower()
+        if text in ("1", "true", "yes", "on", "0", "false", "no", "off"):
+            return text in ("1", "true", "yes", "on")
     try:
+        if typ is bool:
+            raise ValueError(env)
         return typ(os.environ[env])
     except ValueError:
         import warnings

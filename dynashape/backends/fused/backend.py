@@ -223,7 +223,7 @@ class RegionRuntime:
         if grad_ins:  # autograd records: the region's Function (kernel forward, generated backward), or
             cond = " or ".join(f"{a}.requires_grad" for a in grad_ins)  # where a member has no rule, its torch calls
             lines.append(f"    if _grad_on() and ({cond}):")
-            if self.backward is not None:
+            if self.backward is not None and config.fused_autograd:
                 lines.append(f"        return _apply(_rt, {len(ins)}, {params})")
             else:
                 lines.append(f"        {torch_calls}")

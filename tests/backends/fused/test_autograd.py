@@ -10,6 +10,25 @@ import dynashape as ds
 from .oracle import check_fused
 
 
+@pytest.fixture(autouse=True)
+def _fused_autograd():
+    """The generated-backward path is opt-in (ds.config.fused_autograd); these tests are about it."""
+    with ds.config.patch(fused_autograd=True):
+        yield
+
+
+def test_by_default_a_region_under_autograd_runs_its_torch_calls():
+    with ds.config.patch(fused_autograd=False, fused_sync=True):
+        cf = ds.compile(chain, dynamic=True, backend="fused")
+        x, w, b = (torch.randn(*s, requires_grad=True) for s in [(3, 6), (6,), (6,)])
+        out = cf(x, w, b)
+        assert cf.entries[0].fn.fused and type(out.grad_fn).__name__ == "DivBackward0"  # eager's own graph
+        out.sum().backward()
+        x2, w2, b2 = (t.detach().clone().requires_grad_() for t in (x, w, b))
+        chain(x2, w2, b2).sum().backward()
+        torch.testing.assert_close((x.grad, w.grad, b.grad), (x2.grad, w2.grad, b2.grad))
+
+
 def chain(x, w, b):
     y = F.gelu(x * w + b) * torch.sigmoid(x)
     return (y - y.mean(-1, keepdim=True)) / y.std(-1, keepdim=True)
