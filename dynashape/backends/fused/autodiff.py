@@ -267,10 +267,15 @@ def backward_source(region, name: str, symbols) -> "Backward":
     em = _Emitter(Graph())
     ins = [f"_in{i}" for i in range(len(region.inputs))]
     gs = [f"_g{j}" for j in range(len(region.outputs))]
-    grad: dict = {}  # node -> the name of its accumulated gradient
+    # gradients flow as eager's do: an output nobody differentiates gets None (not zeros), and a
+    # member whose gradient is None runs no rule (its backward does not run in eager either, so
+    # nothing it would read makes the gradients require grad under create_graph)
+    grad: dict = {}  # node -> the variable of its accumulated gradient (None until some term arrives)
+    head = []
     for o, g in zip(region.outputs, gs):
         if o.meta.dtype.is_floating_point:
-            grad[o] = g
+            grad[o] = f"g_{o.name}"
+            head.append(f"    g_{o.name} = {g}")
     body, reads = [], set()  # the gradient statements; the forward values they read
     for n in reversed(region.nodes):
         g = grad.get(n)
@@ -279,8 +284,9 @@ def backward_source(region, name: str, symbols) -> "Backward":
         op = ops.op_name(n.target)
         rule = _cast if op in ops.CASTS else RULES[op]
         got = rule(n, _Args(em, n), g, n.name)
+        body.append(f"    if {g} is not None:")
         for line in got.pop("_pre", ()):
-            body.append(f"    {line}")
+            body.append(f"        {line}")
             reads |= set(_NAME.findall(line.split("=", 1)[1]))
         for key, expr in got.items():
             src = ops.arg(n, *key) if isinstance(key, tuple) else (n.args[key] if key < len(n.args) else None)
@@ -291,8 +297,13 @@ def backward_source(region, name: str, symbols) -> "Backward":
                 expr = _reduce_to(f"({expr})", src.meta.shape, n.meta.shape)
             reads |= set(_NAME.findall(expr))
             gname = f"g_{src.name}"
-            body.append(f"    {gname} = {grad[src]} + {expr}" if src in grad else f"    {gname} = {expr}")
-            grad[src] = gname
+            if src not in grad:
+                head.append(f"    {gname} = None")
+                grad[src] = gname
+            body.append(f"        {gname} = {expr} if {gname} is None else {gname} + {expr}")
+        if body[-1].endswith(":"):
+            body.append("        pass")
+    body = head + body
     # the forward statements the rules read, recomputed (pointwise values cost less to recompute
     # than to save); the inputs they need are all the forward must save
     need = {n for n in region.nodes if n.name in reads}
@@ -402,6 +413,7 @@ class FusedRegion(torch.autograd.Function):
                 t = args[i]
                 ctx.held[i] = (t, None, None) if i in rt.internal else (t, t._version, t.clone())
         ctx.needs = [ctx.needs_input_grad[2 + i] for i in range(n_in)]
+        ctx.set_materialize_grads(False)  # an output nobody differentiates: None, as eager's graph sees it
         return out
 
     @staticmethod
@@ -429,6 +441,8 @@ class FusedRegion(torch.autograd.Function):
         grads = [g.contiguous() if isinstance(g, torch.Tensor) and not g.is_contiguous() else g for g in grads]
         got = rt.backward_fn(*ins, *ctx.syms, *grads)
         out = [None] * ctx.n_in
+        if all(g is None for g in grads):
+            return (None, None, *[None] * ctx.n_in, *[None] * len(ctx.syms))
         for i, g in zip(bw.wants, got):
             if ctx.needs[i]:
                 out[i] = g

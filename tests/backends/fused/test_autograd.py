@@ -278,3 +278,22 @@ def test_gradients_under_create_graph_require_grad_where_eager_s_do(op):
             (got,) = torch.autograd.grad(cf(x).sum(), x, create_graph=True)
             assert (got.requires_grad, got.grad_fn is None) == (want.requires_grad, want.grad_fn is None)
             torch.testing.assert_close(got, want)
+
+
+def test_an_output_nobody_differentiates_runs_no_rule():
+    # v4.log() feeds nothing that reaches the loss: eager never runs LogBackward, so the gradient
+    # of x + x does not require grad under create_graph; ours ran log's rule on a zero gradient,
+    # which read v4 and made it require grad (train fuzz seed 25112651)
+    def f(x):
+        v4 = x + x
+        torch.nan_to_num(v4.log())
+        return v4 * 1
+    with ds.config.patch(fused_sync=True):
+        cf = ds.compile(f, dynamic=True, backend="fused")
+        for shape in [(0, 0), (3, 4), (3, 4)]:
+            flags = []
+            for fn in (f, cf):
+                x = torch.randn(*shape, requires_grad=True)
+                (g,) = torch.autograd.grad((fn(x) * 2).sum(), x, create_graph=True)
+                flags.append((g.requires_grad, g.grad_fn is None, g.tolist()))
+            assert flags[0] == flags[1]
