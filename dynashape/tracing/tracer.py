@@ -25,15 +25,17 @@ from .errors import GraphBreak
 from . import autocast, meta_cache
 from .fake import FakeTensor, make_fake
 from .inputs import TensorInput, ValueInput
+from .aliasing import FRESH as _FRESH, VIEW_OR_COPY as _VIEW_OR_COPY, is_inplace as _is_inplace, \
+    odd_layout as _odd_layout
+from .meta_device import META_IMPL as _META_IMPL, meta_to as _meta_to
 from .names import target_name
-from .meta.common import canonical_strides
 from .mode import _FACTORIES, TracingMode, symbolic_strides
 from .tensor_attrs import ESCAPE_ADVICE, TracedGradFn
 from .global_state import intercept_global_state
 from .state import tracing_scope
 from .speculate import data_guard, describe_condition, guard_text, random_op
 from .symint import hint_of, install, meta_value
-from .tree import leaves
+from .tree import leaves, map_leaves as _map, sizes_as_tuples as _sizes_as_tuples, wrap_tensors as _wrap_out
 
 log = logging.getLogger("dynashape.dynamic")
 _glog = logging.getLogger("dynashape.guards")
@@ -727,44 +729,6 @@ def _check_supported(t: torch.Tensor, source: Source) -> None:
                          "(dense tensors only)", None, "The call runs eagerly.")
 
 
-_INPLACE_DUNDERS = {"__setitem__", "__iadd__", "__isub__", "__imul__", "__itruediv__", "__ifloordiv__",
-                    "__imod__", "__ipow__", "__iand__", "__ior__", "__ixor__", "__ilshift__", "__irshift__",
-                    "__imatmul__"}
-
-
-_VIEW_OR_COPY = {"reshape", "reshape_as", "flatten", "ravel", "contiguous", "unflatten", "view_as_real"}
-# ops whose result is always new memory, whatever their inputs (factories, copies, arithmetic)
-_FRESH = {"clone", "zeros", "ones", "empty", "full", "rand", "randn", "randint", "arange", "tensor", "zeros_like",
-          "ones_like", "empty_like", "full_like", "rand_like", "randn_like", "eye", "linspace", "cat", "stack"}
-_COMPUTES = {"add", "sub", "mul", "div", "neg", "exp", "log", "sin", "cos", "tanh", "sigmoid", "relu", "gelu", "silu",
-             "matmul", "mm", "bmm", "linear", "softmax", "log_softmax", "layer_norm", "sum", "mean", "amax", "amin",
-             "pow", "sqrt", "rsqrt", "abs", "where", "masked_fill", "eq", "ne", "lt", "le", "gt", "ge", "cumsum",
-             "__add__", "__sub__", "__mul__", "__truediv__", "__neg__", "__matmul__", "__radd__", "__rsub__",
-             "__rmul__", "__rtruediv__", "__pow__", "__eq__", "__ne__", "__lt__", "__le__", "__gt__", "__ge__",
-             "embedding", "dropout", "scaled_dot_product_attention", "clamp", "triu", "tril", "roll", "flip",
-             "repeat", "baddbmm", "addmm", "einsum", "conv1d", "conv2d", "one_hot", "nonzero", "index_select",
-             "gather", "bitwise_and", "bitwise_or", "logical_and", "logical_or", "logical_not", "__and__",
-             "__or__", "__invert__", "max", "min", "argmax", "prod", "var", "std", "norm", "erf", "floor",
-             "ceil", "round", "sign", "reciprocal", "minimum", "maximum", "addcmul", "lerp"}
-_FRESH |= _COMPUTES
-
-
-def _is_inplace(func, kwargs) -> bool:
-    name = getattr(func, "__name__", "")
-    if name in _INPLACE_DUNDERS or (name.endswith("_") and not name.startswith("_")):
-        return True
-    return kwargs.get("out") is not None
-
-
-def _odd_layout(meta: torch.Tensor) -> bool:
-    """Empty or size-1 dims whose meta strides are not torch.empty's: device kernels may differ."""
-    shape, strides = tuple(meta.shape), meta.stride()
-    if not any(n <= 1 for n in shape):
-        return False
-    canon = canonical_strides(shape)
-    return any((n <= 1 or 0 in shape) and st != c for n, st, c in zip(shape, strides, canon))
-
-
 def T_stride(t):
     return torch.Tensor.stride(t)
 
@@ -792,74 +756,7 @@ def _meta_leaf(x):
     return x
 
 
-# .cpu()/.cuda() cannot copy a meta tensor; on meta they are views (the device is tracked apart)
-def _move_to(kind):
-    """.cpu()/.cuda() on meta: the same tensor when it is there already (as eager), else a copy."""
-    def impl(t, *a, **k):
-        dev = getattr(t, "ds_device", None)
-        return t if dev is not None and dev.type == kind else t.to(copy=True)
-    return impl
-
-
-_META_IMPL = {torch.Tensor.cpu: _move_to("cpu"), torch.Tensor.cuda: _move_to("cuda")}
-
-
-def _meta_to(func, args, kwargs, device):
-    """`.to(device)`/`.cpu()`/`.cuda()` run on meta: strip the device, remember it."""
-    if func is torch.Tensor.cpu:
-        return (args[0],), {}, torch.device("cpu")
-    if func is torch.Tensor.cuda:
-        return (args[0],), {}, torch.device("cuda")
-    new = []
-    for a in args:
-        if isinstance(a, (torch.device, str)) and not isinstance(a, torch.dtype):
-            device = torch.device(a)
-            a = "meta"
-        new.append(a)
-    return tuple(new), kwargs, device
-
-
-def _sizes_as_tuples(obj):
-    """A torch.Size argument of an op (`F.layer_norm(h, h.shape[-2:])`) as the tuple of its sizes:
-    every torch op takes a tuple where it takes a Size, and a backend then reads the elements
-    where it decides dims instead of a graph value it would have to resolve."""
-    if isinstance(obj, torch.Size):
-        return tuple(obj)
-    if type(obj) in (list, tuple):
-        return type(obj)(_sizes_as_tuples(o) for o in obj)
-    if type(obj) is dict:
-        return {k: _sizes_as_tuples(v) for k, v in obj.items()}
-    return obj
-
-
 def _tensors(obj):
     for x in leaves(obj):
         if isinstance(x, torch.Tensor):
             yield x
-
-
-def _map(obj, fn):
-    """Map `fn` over the leaves of nested lists/tuples/dicts (keeping torch.Size and namedtuples)."""
-    if isinstance(obj, torch.Size):
-        return fn(obj)
-    if isinstance(obj, (list, tuple)):
-        items = [_map(o, fn) for o in obj]
-        if type(obj) in (list, tuple):
-            return type(obj)(items)
-        if hasattr(obj, "_fields"):
-            return type(obj)(*items)
-        return type(obj)(items)
-    if isinstance(obj, dict):
-        return {k: _map(v, fn) for k, v in obj.items()}
-    return fn(obj)
-
-
-def _wrap_out(out, wrap, path):
-    if isinstance(out, torch.Tensor):
-        return wrap(out, path)
-    if isinstance(out, (list, tuple)):
-        items = [_wrap_out(o, wrap, path + (i,)) for i, o in enumerate(out)]
-        if type(out) in (list, tuple):
-            return type(out)(items)
-        return type(out)(items)  # torch.return_types structseq take a sequence
-    return out

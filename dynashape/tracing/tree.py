@@ -1,6 +1,8 @@
 """Walking the nested argument structures torch calls take (lists, tuples, dicts)."""
 from __future__ import annotations
 
+import torch
+
 
 def leaves(obj):
     """Every non-container value inside nested lists, tuples and dicts, in order."""
@@ -12,3 +14,44 @@ def leaves(obj):
             yield from leaves(o)
     else:
         yield obj
+
+
+def sizes_as_tuples(obj):
+    """A torch.Size argument of an op (`F.layer_norm(h, h.shape[-2:])`) as the tuple of its sizes:
+    every torch op takes a tuple where it takes a Size, and a backend then reads the elements
+    where it decides dims instead of a graph value it would have to resolve."""
+    if isinstance(obj, torch.Size):
+        return tuple(obj)
+    if type(obj) in (list, tuple):
+        return type(obj)(sizes_as_tuples(o) for o in obj)
+    if type(obj) is dict:
+        return {k: sizes_as_tuples(v) for k, v in obj.items()}
+    return obj
+
+
+def map_leaves(obj, fn):
+    """Map `fn` over the leaves of nested lists/tuples/dicts (keeping torch.Size and namedtuples)."""
+    if isinstance(obj, torch.Size):
+        return fn(obj)
+    if isinstance(obj, (list, tuple)):
+        items = [map_leaves(o, fn) for o in obj]
+        if type(obj) in (list, tuple):
+            return type(obj)(items)
+        if hasattr(obj, "_fields"):
+            return type(obj)(*items)
+        return type(obj)(items)
+    if isinstance(obj, dict):
+        return {k: map_leaves(v, fn) for k, v in obj.items()}
+    return fn(obj)
+
+
+def wrap_tensors(out, wrap, path):
+    """`wrap(tensor, path)` for each tensor of an op's result (a tensor or nested lists/tuples)."""
+    if isinstance(out, torch.Tensor):
+        return wrap(out, path)
+    if isinstance(out, (list, tuple)):
+        items = [wrap_tensors(o, wrap, path + (i,)) for i, o in enumerate(out)]
+        if type(out) in (list, tuple):
+            return type(out)(items)
+        return type(out)(items)  # torch.return_types structseq take a sequence
+    return out

@@ -24,6 +24,7 @@ from ...ir.graph import Graph, SymExpr, _nodes_in, _sym_exprs_in, map_args
 from ...ir.printing import format_node
 from ...ir.tree import compile_tree
 from ...runtime.config import config
+from ...tracing.aliasing import is_inplace
 from ...runtime.registry import register_backend
 from ...symbolic.printer import pyexpr
 from . import build
@@ -295,16 +296,6 @@ def _internal(t) -> bool:
     return getattr(t.target, "__name__", None) in _FRESH_CALLS
 
 
-def _mutating(n) -> bool:
-    name = getattr(n.target, "__name__", "") or ""
-    return (name.endswith("_") and not name.startswith("_")) or name in _INPLACE_DUNDERS \
-        or n.kwargs.get("out") is not None
-
-
-_INPLACE_DUNDERS = {f"__i{op}__" for op in ("add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "and",
-                                            "or", "xor", "lshift", "rshift", "matmul")} | {"__setitem__"}
-
-
 def _layout_matters(graphs) -> bool:
     return any(ops.op_name(n.target) in ops.STRIDED for g in graphs for n in g.nodes if n.kind == "call")
 
@@ -316,7 +307,7 @@ def plan(graph: Graph, layout_matters: bool | None = None, used_elsewhere: froze
     rts = []
     if layout_matters is None:
         layout_matters = _layout_matters([graph])
-    mutates = any(n.kind == "call" and _mutating(n) for n in graph.nodes)
+    mutates = any(n.kind == "call" and is_inplace(n.target, n.kwargs) for n in graph.nodes)
     for i, r in enumerate(schedule(graph, used_elsewhere)):
         key = (tuple(format_node(n) for n in r.nodes), tuple(o.name for o in r.outputs),
                tuple(a.name for a in r.aliases))

@@ -160,8 +160,10 @@ RULE_CASES = {
 @pytest.mark.parametrize("name", sorted(RULE_CASES))
 def test_each_derivative_rule_matches_eager_with_zeros_ties_and_constant_rows(name):
     f = RULE_CASES[name]
+    torch.manual_seed(0)
     cases = [(_edges(a, c), _edges(c).detach().requires_grad_()) for a, c in [(3, 1), (4, 6), (1, 5), (5, 11)]]
-    cf = check_fused(f, cases, grad=True, compiles=None, equal_nan=True)
+    # a weight's gradient sums over rows in another order than eager's: float32 rounding of a sum
+    cf = check_fused(f, cases, grad=True, compiles=None, equal_nan=True, rtol=2e-5, atol=1e-4)
     assert all(rt.backward is not None for e in cf.entries for rt in e.fn.regions), name
 
 
