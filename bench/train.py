@@ -16,7 +16,7 @@ Then a varying-shape sequence: 60 training steps of the pointwise chain and of t
 block with batch and sequence length drawn at random, total wall time from a cold start,
 compiles included, ours vs Inductor (dynamic=True).
 
-    python bench/train.py [--threads 1,2] [--no-inductor] [--no-hf] [--no-sequences]
+    python bench/train.py [--threads 1,2] [--no-inductor] [--no-hf] [--no-sequences] [--only TEXT]
 """
 from __future__ import annotations
 
@@ -217,6 +217,7 @@ def main(argv=None) -> None:
     ap.add_argument("--no-inductor", action="store_true")
     ap.add_argument("--no-hf", action="store_true")
     ap.add_argument("--no-sequences", action="store_true")
+    ap.add_argument("--only", default="", help="run the workloads whose name contains this text")
     opts = ap.parse_args(argv)
     inductor = not opts.no_inductor
     print(f"# training steps: torch {torch.__version__}, {os.cpu_count()} cores")
@@ -227,6 +228,8 @@ def main(argv=None) -> None:
               "| peak MB eager / ours / inductor | grad error eager / ours / inductor |")
         print("|---|---|---|---|---|---|---|---|")
         for w in workloads(not opts.no_hf):
+            if opts.only not in w.name:
+                continue
             r = steady(w, inductor)
             e, o, i = r["eager"], r["ours"], r.get("inductor", float("nan"))
             pk, er = r["_peak"], r["_err"]

@@ -126,7 +126,17 @@ def _xent(n, a, g, o):
              "mean": f"{g} / {keep}.sum()"}[red]
     pre = [f"{o}_w = torch.where({keep}, {share}, 0.0).unsqueeze(1)",
            f"{o}_hot = torch.arange({X}.size(1), device={X}.device) == {T}.unsqueeze(1)"]
-    return {"_pre": pre, 0: f"({X}.softmax(1) - {o}_hot.to({X}.dtype)) * {o}_w"}
+    # softmax from the per-row logsumexp the forward kernel wrote (one pass over the logits, not
+    # three), when it did: not for a loss inside the region, nor under create_graph (the saved
+    # value does not carry its dependence on the logits)
+    p = f"{X}.softmax(1)" if a.lse is None else \
+        f"({X}.softmax(1) if {a.lse} is None else torch.exp({X} - {a.lse}.unsqueeze(1)))"
+    return {"_pre": pre, 0: f"({p} - {o}_hot.to({X}.dtype)) * {o}_w"}
+
+
+def saves_lse(region, o) -> bool:
+    """Whether the region's kernel also writes output `o`'s per-row logsumexp for its backward."""
+    return ops.family(o) == "xent" and o in region.outputs and o.meta.dtype in (torch.float32, torch.float64)
 
 
 def _binary(da, db):
@@ -267,6 +277,7 @@ def backward_source(region, name: str, symbols) -> "Backward":
     em = _Emitter(Graph())
     ins = [f"_in{i}" for i in range(len(region.inputs))]
     gs = [f"_g{j}" for j in range(len(region.outputs))]
+    lse = {o: f"_lse{j}" for j, o in enumerate(o for o in region.outputs if saves_lse(region, o))}
     # gradients flow as eager's do: an output nobody differentiates gets None (not zeros), and a
     # member whose gradient is None runs no rule (its backward does not run in eager either, so
     # nothing it would read makes the gradients require grad under create_graph)
@@ -283,7 +294,7 @@ def backward_source(region, name: str, symbols) -> "Backward":
             continue
         op = ops.op_name(n.target)
         rule = _cast if op in ops.CASTS else RULES[op]
-        got = rule(n, _Args(em, n), g, n.name)
+        got = rule(n, _Args(em, n, lse.get(n)), g, n.name)
         body.append(f"    if {g} is not None:")
         for line in got.pop("_pre", ()):
             body.append(f"        {line}")
@@ -311,7 +322,7 @@ def backward_source(region, name: str, symbols) -> "Backward":
         if n in need:
             need |= {a for a in _nodes_in((n.args, n.kwargs))}
     saved = [i for i, t in enumerate(region.inputs) if t in need or t.name in reads]
-    lines = [f"def {name}_backward({', '.join(ins + [s.name for s in symbols] + gs)}):"]
+    lines = [f"def {name}_backward({', '.join(ins + [s.name for s in symbols] + gs + list(lse.values()))}):"]
     lines += [f"    {region.inputs[i].name} = {ins[i]}" for i in saved]
     lines += ["    " + _call(em, n) for n in region.nodes if n in need]
     lines += body
@@ -363,8 +374,8 @@ class _Args(list):
     """A call's positional arguments as the generated code names them, parenthesized unless a
     name or a plain number (`g / (s0 + 1)`, not `g / s0 + 1`); `name(v)` names any value so."""
 
-    def __init__(self, em, n):
-        self.em = em
+    def __init__(self, em, n, lse=None):
+        self.em, self.lse = em, lse  # lse: the parameter of the forward's saved logsumexp (cross-entropy)
         super().__init__(self.name(a) for a in n.args)
 
     def name(self, v) -> str:
@@ -387,21 +398,30 @@ class Backward(NamedTuple):
     eager_out: list  # the outputs eager would keep (likewise)
 
 
+class InputChangedError(RuntimeError):
+    """A region input its generated backward reads was changed in place before that backward ran."""
+
+
 class FusedRegion(torch.autograd.Function):
     """One region under autograd: its kernel forward, its generated backward (see the module doc).
 
     What autograd version-checks is what eager would keep (`eager_saves`), so changing a tensor in
     place between forward and backward raises exactly where eager raises. An input the backward
-    reads that eager would not keep is held without a check: as is when no user can reach it (an
-    intermediate of the graph, which changes nothing in place), else with a copy taken at the
-    forward, used only if the original has changed by the backward."""
+    reads that eager would not keep is held as is: unchecked when no user can reach it (an
+    intermediate of the graph, which changes nothing in place); with a copy taken at the forward
+    where the graph itself changes tensors in place (after this region, x.mul_(3) may change an
+    input it read), used if the original changed; else checked when the backward runs, raising
+    InputChangedError if the user changed it in between (as AOTAutograd's saved inputs do; a copy
+    at every forward cost a cross-entropy step over 64x32000 logits 15%)."""
 
     @staticmethod
     def forward(ctx, rt, n_in, *args):
         bw = rt.backward
         ctx.rt, ctx.n_in = rt, n_in
         ctx.syms = args[n_in:]
-        out = rt.kernel_call(*args)
+        aux = []
+        out = rt.kernel_call(*args, _save=aux)
+        ctx.aux = aux or None  # per-row logsumexp of cross-entropy outputs (none where the kernel fell back)
         outs = out if isinstance(out, tuple) else (out,)
         # what eager's would not require grad (an int result, a float made from comparisons only)
         ctx.mark_non_differentiable(*[t for t, o in zip(outs, rt.region.outputs)
@@ -411,7 +431,10 @@ class FusedRegion(torch.autograd.Function):
         for i in bw.saved:
             if i not in bw.eager_in:
                 t = args[i]
-                ctx.held[i] = (t, None, None) if i in rt.internal else (t, t._version, t.clone())
+                if i in rt.internal:
+                    ctx.held[i] = (t, None, None)
+                else:  # a copy where the graph itself may change it after this region (x.mul_(3) later)
+                    ctx.held[i] = (t, t._version, t.clone() if rt.graph_mutates else None)
         ctx.needs = [ctx.needs_input_grad[2 + i] for i in range(n_in)]
         ctx.set_materialize_grads(False)  # an output nobody differentiates: None, as eager's graph sees it
         return out
@@ -426,20 +449,29 @@ class FusedRegion(torch.autograd.Function):
             if i in bw.saved:
                 ins[i] = t
         for i, (t, version, copy) in ctx.held.items():
+            ins[i] = t
             if version is None or t._version == version:
-                ins[i] = t
-            elif torch.is_grad_enabled():
-                raise RuntimeError(
-                    f"dynashape: an input of the fused region {rt.name} was changed in place between the "
-                    f"forward and a backward with create_graph=True; eager allows it here but the region "
-                    f"recomputes from its inputs. Change a copy instead (x = x.clone() before the in-place op), "
-                    f"or compile with backend='eager'")
-            else:
+                continue
+            if copy is not None and not torch.is_grad_enabled():
                 ins[i] = copy
+            elif copy is not None:
+                raise InputChangedError(
+                    f"dynashape: input {i} of the fused region {rt.name} ({rt.where()}) was changed in place "
+                    f"between the forward and a backward with create_graph=True; eager allows it here but the "
+                    f"region recomputes from its inputs. Change a copy instead (x = x.clone() before the "
+                    f"in-place op), or set ds.config.fused_autograd = False")
+            else:
+                raise InputChangedError(
+                    f"dynashape: input {i} of the fused region {rt.name} ({rt.where()}) was changed in place "
+                    f"between the forward and the backward (version {version} -> {t._version}). Its backward "
+                    f"recomputes from that input, where eager's would have kept another value (torch.compile "
+                    f"raises here too). Change a copy instead (x = x.clone() before the in-place op), or set "
+                    f"ds.config.fused_autograd = False")
         # an expanded gradient (a mean's: strides 0) would send the kernels down their strided loops,
         # scalar index arithmetic per element (30x slower than the contiguous, vectorized ones)
         grads = [g.contiguous() if isinstance(g, torch.Tensor) and not g.is_contiguous() else g for g in grads]
-        got = rt.backward_fn(*ins, *ctx.syms, *grads)
+        aux = ctx.aux if ctx.aux is not None and not torch.is_grad_enabled() else [None] * rt.n_aux
+        got = rt.backward_fn(*ins, *ctx.syms, *grads, *aux)
         out = [None] * ctx.n_in
         if all(g is None for g in grads):
             return (None, None, *[None] * ctx.n_in, *[None] * len(ctx.syms))

@@ -149,6 +149,12 @@ class RegionRuntime:
             else:
                 row_idx = lw.ir.vars[:k] + (0,) * (len(s) - k)
                 outs.append((o, lw.value(o, row_idx), "row"))
+        # cross-entropy's per-row logsumexp, written after the outputs for the generated backward
+        self.n_aux = 0
+        for o in region.outputs:
+            if autodiff.saves_lse(region, o):
+                outs.append((o, lw.xent_lse(o), "row"))
+                self.n_aux += 1
         self.spec = CppGen(region, lw.ir, outs).generate()
         sym_set = set(self.spec.symbols)
         for o in region.outputs:
@@ -176,8 +182,16 @@ class RegionRuntime:
         except autodiff.NoRule as e:
             log.debug("region %s keeps its torch calls under autograd: no rule for %s", self.name, e)
             self.backward = None
+        members = set(region.nodes)
+        if self.backward is not None and any(_reachable(o) and any(u in members for u in o.users)
+                                             for o in region.outputs):
+            # `return y, y * y`: one backward node would send h's gradient past y, so a hook or
+            # retain_grad() on y would not see it; autograd must record y's own node: torch calls
+            log.debug("region %s keeps its torch calls under autograd: it returns a value its members read", self.name)
+            self.backward = None
         self._backward_fn = None
         self.internal = frozenset()  # inputs no user can reach or change (plan() says which)
+        self.graph_mutates = True  # whether the graph may change a region input in place (plan() says)
 
     @property
     def backward_fn(self):
@@ -189,9 +203,10 @@ class RegionRuntime:
             self._backward_fn = ds_compile(ns[f"{self.name}_backward"], dynamic=True, backend="fused")
         return self._backward_fn
 
-    def kernel_call(self, *args):
-        """The region's kernel (autograd off: FusedRegion.forward)."""
-        return self.wrapper(*args)
+    def kernel_call(self, *args, _save=None):
+        """The region's kernel (autograd off: FusedRegion.forward); `_save` gets what it keeps for
+        the backward (n_aux values, or none where it fell back to its torch calls)."""
+        return self.wrapper(*args, _save=_save)
 
     def compile(self) -> None:
         n_ptr = self.spec.n_in + self.spec.n_out
@@ -199,6 +214,11 @@ class RegionRuntime:
         floats = tuple(i for i, s in enumerate(self.spec.symbols) if not s.is_integer)  # zf0: passed as a double
         self.kernel = build.load(self.spec.source, n_ptr, n_int, floats)
         self.wrapper = self._wrapper()
+
+    def where(self) -> str:
+        """The user's line of the region's first call ('model.py:12 ...'), for messages."""
+        loc = next((n.location for n in self.region.nodes if n.location is not None), None)
+        return str(loc) if loc is not None else "line unknown"
 
     @property
     def name(self) -> str:
@@ -210,7 +230,7 @@ class RegionRuntime:
         syms = [s.name for s in self.symbols]
         params = ", ".join(ins + syms)
         grad_ins = [a for a, t in zip(ins, r.inputs) if t.meta.dtype.is_floating_point]
-        lines = [f"def {self.name}({params}):"]
+        lines = [f"def {self.name}({params}, _save=None):"]
         torch_calls = f"return _rt.torch_calls({params})"
         # the kernels read host memory: anything else (a tensor moved to a device) runs as torch calls
         lines.append(f"    if not ({' and '.join(f'{a}.is_cpu' for a in ins)}):")
@@ -246,10 +266,17 @@ class RegionRuntime:
             shape = f"({shape},)" if len(dims) == 1 else f"({shape})"
             lines.append(f"    out{j} = _empty({shape}, dtype={o.meta.dtype})")
             outs.append(f"out{j}")
-        ptrs = [f"{a}.data_ptr()" for a in ins] + [f"{o}.data_ptr()" for o in outs]
+        aux = [f"lse{j}" for j, o in enumerate(r.outputs) if autodiff.saves_lse(r, o)]
+        for j, a in enumerate(aux):
+            lines.append(f"    {a} = _empty(({pyexpr(r.domain[0]) if not isinstance(r.domain[0], int) else r.domain[0]},), "
+                         f"dtype={r.outputs[int(a[3:])].meta.dtype})")
+        ptrs = [f"{a}.data_ptr()" for a in ins] + [f"{o}.data_ptr()" for o in outs + aux]
         ints = [s.name for s in self.spec.symbols] + [f"*{a}.stride()" for a in ins]
         lines.append(f"    _kernel({', '.join(ptrs + ints + ['_nthreads()'])})")
         lines += epilogue
+        if aux:
+            lines.append("    if _save is not None:")
+            lines.append(f"        _save.extend(({', '.join(aux)},))")
         lines.append(f"    return {', '.join(outs)}" + ("," if len(outs) > 1 else ""))
         if len(outs) > 1:
             lines[-1] = f"    return ({', '.join(outs)})"
@@ -296,6 +323,15 @@ def _internal(t) -> bool:
     return getattr(t.target, "__name__", None) in _FRESH_CALLS
 
 
+def _reachable(t) -> bool:
+    """Whether a user can hold `t` (or a view of it) after the call: a hook, retain_grad() on it."""
+    def may_alias(u):
+        fam = ops.family(u)
+        return fam in ("view", "identity") or (fam is None and u.kind == "call" and
+                                               getattr(u.target, "__name__", None) not in _FRESH_CALLS)
+    return any(u.kind == "output" or (may_alias(u) and _reachable(u)) for u in t.users)
+
+
 def _layout_matters(graphs) -> bool:
     return any(ops.op_name(n.target) in ops.STRIDED for g in graphs for n in g.nodes if n.kind == "call")
 
@@ -323,6 +359,7 @@ def plan(graph: Graph, layout_matters: bool | None = None, used_elsewhere: froze
                 shared[key] = rts[-1]
             elif not mutates:
                 rts[-1].internal = frozenset(j for j, t in enumerate(r.inputs) if _internal(t))
+                rts[-1].graph_mutates = False
         except Unfusable as e:
             log.debug("region of %s stays torch calls: %s", [n.name for n in r.nodes], e)
         except Exception as e:  # noqa: BLE001 - a gap in lowering/codegen: this region stays torch calls

@@ -224,6 +224,10 @@ def _op(n, a) -> str:
         target, src = n.key[1], n.args[0].dtype
         if target == torch.bool:
             return f"({x} != 0)"
+        if src == torch.bool and target in (torch.float32, torch.float64):
+            # through int: g++ 12 cannot vectorize bool -> float, and the loop around the conversion
+            # stayed scalar (cross-entropy's backward, onehot.to(float): 5 ns an element)
+            return f"(({F})(int){x})"
         if target == torch.float16:
             return f"ds_h2f(ds_f2h((float){x}))"
         if target == torch.bfloat16:

@@ -16,6 +16,7 @@ accumulator, computed in one pass.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import sympy
@@ -64,7 +65,10 @@ class IR:
         return self.make("load", (buf, tuple(sympy.sympify(i) for i in index)), dtype)
 
     def const(self, value, dtype) -> Node:
-        return self.make("const", (value,), dtype)
+        # -0.0 == 0.0 (and hashes alike): interned by value alone, x / -0.0 read the 0.0 of a `y > 0`
+        # in the same region and gave +inf for -inf (train fuzz seed 25112701)
+        key = (value, math.copysign(1.0, value)) if isinstance(value, float) and value == 0.0 else (value,)
+        return self.make("const", key, dtype)
 
     def sym(self, expr, dtype) -> Node:
         return self.make("sym", (sympy.sympify(expr),), dtype)

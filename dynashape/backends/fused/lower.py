@@ -334,6 +334,13 @@ class Lowerer:
         valid = ir.op("ne", (tv, ir.const(ii, torch.int64)), torch.bool)
         return ir.op("where", (valid, ir.op("sub", (lse, picked), dt), ir.const(0.0, dt)), dt)
 
+    def xent_lse(self, n):
+        """Row idx[0]'s logsumexp of cross-entropy `n`'s logits: the same IR nodes as its loss (interned),
+        so writing it costs one store per row; the backward reads it instead of recomputing softmax."""
+        dt = compute_dtype(n.args[0].meta.dtype)
+        m, s = self.shift_and_sum_exp(self.cast(self.value(n.args[0], self.ir.vars), dt), dt)
+        return self.ir.op("add", (self.ir.op("log", (s,), dt), m), dt)
+
     def _composite(self, n, idx):
         name = ops.op_name(n.target)
         x, dims, _ = ops.reduce_dims(n)

@@ -338,3 +338,16 @@ def test_equal_inputs_give_equal_outputs_at_every_position(dtype):
                 assert out.eq(out[0]).all() or out.isnan().all(), (n, v, out)
             torch.testing.assert_close(got[-1], f(x)[-1], equal_nan=True)
     assert cf.entries[0].fn.fused
+
+
+def test_negative_zero_is_not_the_zero_of_another_statement():
+    # the loop IR interned constants by value, and -0.0 == 0.0: x / -0.0 divided by the 0.0 of
+    # `y > 0` in the same region, +inf for -inf (train fuzz seed 25112701)
+    def f(x, y, a):
+        return torch.where(y > 0, x / a, y)
+    cases = [(torch.tensor([-1.0, 2.0]), torch.ones(2), a) for a in (-0.0, 0.0, -0.0, 1.5)]
+    check_fused(f, cases, compiles=None, equal_nan=True)
+    got = ds.compile(f, backend="fused")
+    with ds.config.patch(fused_sync=True):
+        for args in cases:
+            assert got(*args).tolist() == f(*args).tolist()
