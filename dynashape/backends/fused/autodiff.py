@@ -251,6 +251,8 @@ def _reduce_to(g: str, shape_to, shape_from) -> str:
             dims.append(lead + i)
     if not dims:
         return g
+    if dims == list(range(lead)):  # only leading dims added (a bias): no reshape after, so a region takes it
+        return f"{g}.sum({tuple(dims)!r})"
     out = f"{g}.sum({tuple(dims)!r}, keepdim=True)"
     if lead:
         out = f"{out}.reshape({_shape_expr(shape_to)})"

@@ -144,6 +144,8 @@ class RegionRuntime:
             s = tuple(o.meta.shape)
             if ops.family(o) == "xent":  # per-row losses; the wrapper reduces them
                 outs.append((o, lw.value(o, lw.ir.vars[:1]), "row"))
+            elif ops.col_reduce(o):  # its argument's elements, added into the thread's columns (or sum)
+                outs.append((o, lw.value(o.args[0], lw.ir.vars), ops.col_reduce(o)))
             elif s == tuple(D) or not s:
                 outs.append((o, lw.value(o, lw.ir.vars[len(lw.ir.vars) - len(s):] if s else ()), "full"))
             else:
@@ -250,8 +252,22 @@ class RegionRuntime:
                 lines.append(f"        {torch_calls}")
         outs = []
         epilogue = []
+        lines.append("    _nt = _nthreads()")
         for j, o in enumerate(r.outputs):
             dims = list(o.meta.shape)
+            kind = ops.col_reduce(o)
+            if kind:  # per thread, its columns' partial sums (or its one sum), in double; added up after
+                cols = (pyexpr(r.domain[-1]) if not isinstance(r.domain[-1], int) else str(r.domain[-1])) \
+                    if kind == "col" else "1"
+                lines.append(f"    out{j} = _zeros((_nt, {cols}), dtype=torch.float64)")
+                outs.append(f"out{j}")
+                total = f"out{j}.sum(0)" if kind == "col" else f"out{j}.sum()"
+                counted = r.domain[:-1] if kind == "col" else r.domain
+                if ops.op_name(o.target) == "mean":
+                    total = f"({total} / ({' * '.join(pyexpr(d) if not isinstance(d, int) else str(d) for d in counted)}))"
+                shape = ", ".join(pyexpr(d) if not isinstance(d, int) else str(d) for d in o.meta.shape)
+                epilogue.append(f"    out{j} = {total}.to({o.meta.dtype}).reshape(({shape}{',' if shape else ''}))")
+                continue
             if ops.family(o) == "xent":
                 dims = [r.domain[0]]
                 red, ii = ops.arg(o, 6, "reduction", "mean"), ops.arg(o, 4, "ignore_index", -100)
@@ -272,7 +288,7 @@ class RegionRuntime:
                          f"dtype={r.outputs[int(a[3:])].meta.dtype})")
         ptrs = [f"{a}.data_ptr()" for a in ins] + [f"{o}.data_ptr()" for o in outs + aux]
         ints = [s.name for s in self.spec.symbols] + [f"*{a}.stride()" for a in ins]
-        lines.append(f"    _kernel({', '.join(ptrs + ints + ['_nthreads()'])})")
+        lines.append(f"    _kernel({', '.join(ptrs + ints + ['_nt'])})")
         lines += epilogue
         if aux:
             lines.append("    if _save is not None:")
@@ -281,7 +297,7 @@ class RegionRuntime:
         if len(outs) > 1:
             lines[-1] = f"    return ({', '.join(outs)})"
         src = "\n".join(lines) + "\n"
-        ns = {"torch": torch, "_empty": torch.empty, "_kernel": self.kernel, "_nthreads": torch.get_num_threads,
+        ns = {"torch": torch, "_empty": torch.empty, "_zeros": torch.zeros, "_kernel": self.kernel, "_nthreads": torch.get_num_threads,
               "_grad_on": torch.is_grad_enabled, "_rt": self, "_apply": autodiff.FusedRegion.apply}
         exec_source(src, "fused-region", ns)
         fn = ns[self.name]

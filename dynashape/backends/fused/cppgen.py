@@ -87,6 +87,7 @@ PRELUDE = r"""
 #include <cstring>
 #include <algorithm>
 #include <limits>
+#include <omp.h>
 {MVEC}// b == 0 only where a size is 0 at run time, so no element is computed: 0 rather than a trap
 static inline int64_t ds_floordiv(int64_t a, int64_t b) { if (b == 0) return 0; int64_t q = a / b; return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q; }
 static inline int64_t ds_mod(int64_t a, int64_t b) { if (b == 0) return 0; int64_t r = a % b; return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }
@@ -110,7 +111,7 @@ class KernelSpec:
     n_out: int
     symbols: list  # sympy symbols passed as int64, in order
     stride_dims: list  # per input: its rank (its strides follow the symbols)
-    out_kinds: list = field(default_factory=list)  # 'full' | 'row' per output
+    out_kinds: list = field(default_factory=list)  # 'full' | 'row' | 'col' per output
 
 
 def _f(dt) -> str:
@@ -304,9 +305,12 @@ class CppGen:
             self.levels[lv - 1].append(r)
         self.full = [(i, n) for i, (_, n, kind) in enumerate(outputs) if kind == "full"]
         self.rows = [(i, n) for i, (_, n, kind) in enumerate(outputs) if kind == "row"]
+        self.cols = [(i, n) for i, (_, n, kind) in enumerate(outputs) if kind == "col"]
+        self.totals = [(i, n) for i, (_, n, kind) in enumerate(outputs) if kind == "total"]
+        self.cols += self.totals
         self.passes = [[r.args[0] for r in lv] for lv in self.levels]
-        if self.full:
-            self.passes.append([n for _, n in self.full])
+        if self.full or self.cols:
+            self.passes.append([n for _, n in self.full + self.cols])
         self.buffered = self._choose_buffered()
 
     def _reach(self, buffered: set) -> dict:
@@ -347,7 +351,7 @@ class CppGen:
         inner_dims = list(range(k, len(D)))
         out: list[str] = []
         for p, roots in enumerate(self.passes):
-            is_final = bool(self.full) and p == len(self.passes) - 1
+            is_final = bool(self.full or self.cols) and p == len(self.passes) - 1
             reds = [] if is_final else self.levels[p]
             b.inner_names, b.lines, b.stored_now = {}, [], set()
             pre_row = len(b.row)
@@ -375,6 +379,11 @@ class CppGen:
                 for i, n in self.full:
                     v = b.name(n)
                     b.lines.append(f"out{i}[o * n_inner + rr] = {_store(v, self.outputs[i][0].meta.dtype)};")
+                for i, n in self.cols:  # this thread's column sums, or its one sum
+                    if (i, n) in self.totals:
+                        b.lines.append(f"tacc{i} += (double){b.name(n)};")
+                    else:
+                        b.lines.append(f"col{i}[rr] += (double){b.name(n)};")
             row_stmts = b.row[pre_row:]
             del b.row[pre_row:]
             out += row_stmts
@@ -388,7 +397,13 @@ class CppGen:
                 clauses.append(f"reduction({red}:acc{r.id})")
                 if r.key[0] in ("max", "min") and r.dtype.is_floating_point:
                     clauses.append(f"reduction(+:nan{r.id})")
+            if is_final:
+                for i, _ in self.totals:
+                    out.append(f"double tacc{i} = 0;")
+                    clauses.append(f"reduction(+:tacc{i})")
             out += self._loops(inner_dims, b.lines, " ".join(clauses))
+            if is_final:
+                out += [f"col{i}[0] += tacc{i};" for i, _ in self.totals]
             b.stored |= b.stored_now
             for r, acc_t, _ in accs:
                 val = f"(({_f(r.dtype)})acc{r.id})"
@@ -452,8 +467,8 @@ class CppGen:
         for i, t in enumerate(r.inputs):
             st = _STORE[t.meta.dtype]
             L.append(f"  const {st}* __restrict in{i} = (const {st}*)p{i};")
-        for i, (g, _, _) in enumerate(self.outputs):
-            st = _STORE[g.meta.dtype]
+        for i, (g, _, kind) in enumerate(self.outputs):
+            st = "double" if kind in ("col", "total") else _STORE[g.meta.dtype]  # col: [nthreads, n_inner] partial sums
             L.append(f"  {st}* __restrict out{i} = ({st}*)q{i};")
         n_outer = " * ".join(cexpr(D[d]) for d in range(k)) or "1L"
         n_inner = " * ".join(cexpr(D[d]) for d in range(k, len(D))) or "1L"
@@ -473,6 +488,9 @@ class CppGen:
             node = next(n for n in self.ir.order if n.id == bid)
             L.append(f"    {_f(node.dtype)}* buf{bid} = ({_f(node.dtype)}*)std::malloc(sizeof({_f(node.dtype)}) * "
                      f"(n_inner > 0 ? n_inner : 1));")
+        for i, n in self.cols:
+            width = "1" if (i, n) in self.totals else "n_inner"
+            L.append(f"    double* __restrict col{i} = out{i} + (int64_t)omp_get_thread_num() * {width};")
         L.append("    #pragma omp for schedule(static)")
         L.append("    for (int64_t o = 0; o < n_outer; ++o) {")
         rem = "o"

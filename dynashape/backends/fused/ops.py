@@ -239,3 +239,24 @@ def reduce_dims(n: Node):
     if name in ("var", "std") and len(n.args) == 3 and isinstance(n.args[2], bool) and "keepdim" not in n.kwargs:
         keep = False  # var(x, dim, unbiased)
     return x, dims, bool(keep)
+
+
+def col_reduce(n: Node) -> str | None:
+    """"col" for a sum or mean over every dim but the last (a bias's or a norm weight's gradient:
+    `g.sum(0)`), "total" for one over every dim (a loss's `.mean()`), of a float32/float64 value:
+    a region whose domain is its argument's shape accumulates it per column, or per thread, in its
+    last pass. None for any other call."""
+    if n.kind != "call" or op_name(n.target) not in ("sum", "mean") or family(n) != "reduce":
+        return None
+    got = reduce_dims(n)
+    if got is None or n.meta.dtype not in (torch.float32, torch.float64):
+        return None
+    x, dims, _ = got
+    rank = len(x.meta.shape)
+    if x.meta.dtype != n.meta.dtype or "dtype" in n.kwargs or rank < 1:
+        return None
+    if rank >= 2 and tuple(dims) == tuple(range(rank - 1)):
+        return "col"
+    if tuple(dims) == tuple(range(rank)):
+        return "total"
+    return None

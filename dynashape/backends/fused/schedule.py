@@ -13,8 +13,11 @@ producers (merging several producer regions when they agree) if
 
 Cost model: a region is kept only if it saves memory traffic (two or more computing calls:
 at least one intermediate never reaches memory) and has a row dimension to parallelise;
-a lone softmax or layer_norm stays the library call. Reductions over a leading dim or over
-everything stay torch calls (strided, or no parallel rows). `F.cross_entropy` is a region of
+a lone softmax or layer_norm stays the library call. A sum or mean over every dim but the
+last (`(g * x).sum(0)`, a bias's gradient) joins a region as a column output: each thread
+accumulates its rows into its own columns (in double), the wrapper adds the threads' columns;
+one over everything (a loss's `.mean()`) likewise into one sum per thread. Other reductions
+over leading dims stay torch calls. `F.cross_entropy` is a region of
 its own (one pass over the logits instead of log_softmax's write and re-read).
 """
 from __future__ import annotations
@@ -51,8 +54,14 @@ def _one(s) -> bool:
 def analyze(members: list) -> tuple | None:
     """(domain, n_inner) of a candidate region, or None when its members disagree."""
     D, n_inner = None, None
+    inside = set(members)
+    cols = [m for m in members if ops.col_reduce(m)]
+    if any(u in inside for m in cols for u in m.users):
+        return None  # a column sum is known only after the last row: nothing in the region reads it
     for m in members:
         fam = ops.family(m)
+        if m in cols:
+            continue
         if fam in ("reduce", "composite"):
             got = ops.reduce_dims(m)
             if got is None:
@@ -73,7 +82,11 @@ def analyze(members: list) -> tuple | None:
         for s in shapes:
             if not _broadcasts(s, D):
                 return None
+        if any(tuple(m.args[0].meta.shape) != D for m in cols):
+            return None
         return (D, 1) if D else ((1,), 1)
+    if any(tuple(m.args[0].meta.shape) != D or (ops.col_reduce(m) == "col" and n_inner != 1) for m in cols):
+        return None  # a column sum adds up the rows of the last pass: one inner dim, the domain's shape
     k = len(D) - n_inner
     rows = (D[:k] + (1,) * n_inner, D[:k])
     for m in members:
@@ -196,6 +209,8 @@ def finalize(nodes: list, bound: set, used_elsewhere: frozenset = frozenset()) -
     reduced = any(ops.family(m) in ("reduce", "composite") for m in nodes)
     for m in outputs:
         s = tuple(m.meta.shape)
+        if ops.col_reduce(m):
+            continue
         if not (s == D or (not s and D == (1,)) or (reduced and s in (D[:k] + (1,) * n_inner, D[:k]))):
             return None
     inputs = []

@@ -344,3 +344,16 @@ def test_an_output_nobody_differentiates_runs_no_rule():
                 (g,) = torch.autograd.grad((fn(x) * 2).sum(), x, create_graph=True)
                 flags.append((g.requires_grad, g.grad_fn is None, g.tolist()))
             assert flags[0] == flags[1]
+
+
+def test_gradients_through_column_sums_and_a_total_mean_match_eager():
+    # forward regions with a column output (a bias-like sum over rows) and a total (a loss's mean)
+    def f(x, w, b):
+        h = torch.tanh(x * w + b)
+        return (h * x).sum(0), (h * h).mean(), h.sum((0, 1)) if h.dim() == 3 else h.sum(0)
+    cases = [tuple(torch.randn(*s, requires_grad=True) for s in (shape, shape[-1:], shape[-1:]))
+             for shape in [(6, 5), (9, 40), (2, 3, 4)]]
+    cf = check_fused(f, cases, grad=True, compiles=None)
+    kinds = {k for e in cf.entries for rt in e.fn.regions for k in rt.spec.out_kinds}
+    assert {"col", "total"} <= kinds
+    assert all(rt.backward is not None for e in cf.entries for rt in e.fn.regions)

@@ -1,4 +1,5 @@
 """Scheduling: which calls share a kernel, and which stay library calls (and why)."""
+import pytest
 import torch
 import torch.nn.functional as F
 
@@ -90,3 +91,34 @@ def test_a_region_input_on_another_device_runs_as_torch_calls():
     rt = cf.entries[0].fn.regions[0]
     out = rt.wrapper(torch.randn(3, 4, device="meta"), 3, 4)  # not host memory: never given to the kernel
     assert out.device.type == "meta" and out.shape == (3, 4)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_sums_over_leading_dims_and_over_everything_join_the_region(threads):
+    # a bias's gradient (g * x).sum(0) and a loss's .mean(): per-thread partial sums in double,
+    # added by the wrapper; sizes 0 and 1 included (an empty sum is 0, an empty mean NaN)
+    def f(g, x, b):
+        h = g * x + b
+        hh = h * h
+        return (h * x).sum((0, 1)), hh.mean((0, 1), keepdim=True), (h.sin() * 2).mean(), \
+            ((hh - hh.mean(-1, keepdim=True)) ** 2).sum(), hh
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        cases = [tuple(torch.randn(*s) for s in (shape, shape, shape[-1:]))
+                 for shape in [(5, 3, 7), (40, 9, 300), (1, 1, 1), (0, 3, 4), (2, 3, 0)]]
+        cf = check_fused(f, cases, compiles=None, fused=False, equal_nan=True)  # sizes 0, 1: other graphs
+    finally:
+        torch.set_num_threads(before)
+    kinds = {k for e in cf.entries for rt in e.fn.regions for k in rt.spec.out_kinds}
+    assert {"col", "total"} <= kinds
+
+
+def test_a_sum_a_region_member_reads_stays_a_torch_call():
+    # a column sum is known after the last row only: x - x.sum(0) cannot read it in the same pass
+    def f(x):
+        y = x * 2
+        return (y - y.sum(0)).exp()
+    with ds.config.patch(fused_sync=True):
+        cf = _cf(f, torch.randn(6, 5))
+    assert regions(cf) == [["mul", "_sum"], ["sub", "exp"]]
