@@ -14,7 +14,6 @@ from dataclasses import dataclass
 import torch
 
 from ..tracing.state import is_tracing
-from .errors import MisuseError
 
 _ATTR = "_dynashape_marks"
 
@@ -32,8 +31,9 @@ def marks_of(t: torch.Tensor) -> dict:
 
 def _dims(fn: str, t, dim) -> list[int]:
     if is_tracing():
-        raise MisuseError(f"ds.{fn} was called inside a compiled function; call it on the input tensor "
-                           f"before passing it to the compiled function")
+        # as in torch.compile, accepted and without effect: the trace already keeps the sizes of
+        # what it computes symbolic where it can (the policy of the inputs was decided at entry)
+        return []
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"ds.{fn}(t, dim): t must be a tensor, got {type(t).__name__}")
     dims = list(dim) if isinstance(dim, (list, tuple)) else [dim]
@@ -48,6 +48,8 @@ def _dims(fn: str, t, dim) -> list[int]:
 
 
 def _set(t, dims, mark) -> None:
+    if not dims:
+        return
     marks = dict(marks_of(t))
     for d in dims:
         marks[d] = mark

@@ -296,9 +296,10 @@ class CompiledFunction:
                     state.root(v, src)
                     fake[name] = v
                 else:
-                    if isinstance(v, torch.Tensor):
-                        state.marks(v, src, _MARKS)
                     fake[name] = tracer.wrap_input(v, src)
+                    if isinstance(v, torch.Tensor):
+                        state.marks(v, src, _MARKS, [d for d, s in enumerate(getattr(fake[name], "ds_sizes", ()))
+                                                     if not isinstance(s, int)])
                     if isinstance(v, tuple):
                         state.copied(fake[name], src)
             call_args, call_kwargs = self._call_args(fake, args, kwargs)

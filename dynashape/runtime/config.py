@@ -38,9 +38,9 @@ _DEFAULTS: dict[str, tuple[type, object]] = {
     "fused_sync": (bool, False),  # backend="fused": wait for the C++ compiler instead of running eagerly meanwhile
     "fused_cache_dir": (str, ""),  # compiled kernels; default <pgo_dir>/kernels
     # backend="fused" under autograd: a region runs its kernel as one autograd Function with a generated
-    # backward (opt-in while the training fuzzer still finds differences from eager's autograd in it);
-    # off, such a region runs its torch calls (eager's graph, gradients and speed). Read when kernels build
-    "fused_autograd": (bool, False),
+    # backward; off, such a region runs its torch calls (eager's graph, gradients and speed). Read when
+    # kernels build
+    "fused_autograd": (bool, True),
 }
 _ENV = {"dynamic_sources": "DYNASHAPE_DYNAMIC_SOURCES", "unbacked_sources": "DYNASHAPE_UNBACKED_SOURCES",
         "job_id": "DYNASHAPE_JOB_ID", "pgo_remote": "DYNASHAPE_PGO_REMOTE", "pgo_dir": "DYNASHAPE_CACHE_DIR",

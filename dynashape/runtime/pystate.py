@@ -316,12 +316,16 @@ class PyState:
             self._child(x, AttrSource(src, k) if k.isidentifier() else ItemSource(AttrSource(src, "__dict__"), k),
                         f"{dv}.get({k!r})" if module else f"{dv}[{k!r}]", depth)
 
-    def marks(self, t: torch.Tensor, src: Source, attr: str) -> None:
-        """A tensor argument's ds.mark_dynamic & co: marked later, it must recompile (not reuse a
-        static entry)."""
+    def marks(self, t: torch.Tensor, src: Source, attr: str, dynamic_dims) -> None:
+        """A tensor argument's ds.mark_dynamic & co, as PyTorch checks them: a later tensor needs no
+        marks to reuse this entry, but the marks it does carry must hold here (a dim marked dynamic
+        is dynamic in this entry, one marked static is not); else it recompiles."""
         now = getattr(t, attr, None)
-        self._check(f"getattr({src.name()}, {attr!r}, None) == {self._const(now)}",
-                    f"the ds.mark_* annotations of {src.pretty()} are {now!r}", listed=False)
+        self.ns["_marks_ok"] = _marks_ok
+        self._check(f"_marks_ok(getattr({src.name()}, {attr!r}, None), {self._const(now)}, "
+                    f"{self._const(frozenset(dynamic_dims))})",
+                    f"the ds.mark_* annotations of {src.pretty()} are not those of this entry "
+                    f"(dynamic dims here: {sorted(dynamic_dims)})", listed=False)
 
     def environ(self, reads: dict) -> None:
         """os.environ values the trace read (None: the variable was unset)."""
@@ -575,3 +579,18 @@ def vars_or_none(v):
 def _is_c_callable(v) -> bool:
     """A callable object implemented in C or by a library (a torch op, a functools.partial)."""
     return not hasattr(type(v), "__call__") or type(v).__module__ in ("builtins", "functools")
+
+
+def _marks_ok(marks, compiled, dynamic_dims) -> bool:
+    """Whether a tensor with these ds.mark_* annotations may run an entry compiled with `compiled`
+    whose dynamic dims (of this tensor) are `dynamic_dims`."""
+    if not marks or marks == compiled:
+        return True
+    compiled = compiled or {}
+    for d, m in marks.items():
+        if m.kind == "unbacked" or m.min is not None or m.max is not None:
+            if compiled.get(d) != m:  # its own kind of symbol, or a range the entry must have checked
+                return False
+        elif (m.kind == "static") == (d in dynamic_dims):
+            return False
+    return True

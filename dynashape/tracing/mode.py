@@ -32,12 +32,19 @@ _DATA_READS = {
     T.numpy: "Tensor.numpy()", T.__array__: "numpy conversion of a tensor",
     T.__repr__: "printing a tensor", T.__str__: "printing a tensor", T.__format__: "formatting a tensor",
     T.__contains__: "`in` on a tensor (reads data)", T.data_ptr: "Tensor.data_ptr()",
-    T.backward: "Tensor.backward() inside the compiled function", T.register_hook: "Tensor.register_hook()",
+    T.backward: "a training step inside the compiled function (Tensor.backward())",
+    T.register_hook: "Tensor.register_hook()",
     T.__reduce_ex__: "pickling a tensor", T.__deepcopy__: "deepcopy of a tensor",
     torch.autograd.grad: "torch.autograd.grad inside the compiled function",
-    torch.autograd.backward: "torch.autograd.backward inside the compiled function",
-    T.grad.__get__: "reading .grad inside the compiled function",
+    torch.autograd.backward: "a training step inside the compiled function (torch.autograd.backward)",
+    T.grad.__get__: "reading .grad inside the compiled function (an optimizer's zero_grad() or step() too)",
 }
+# a backward or an optimizer inside: the function runs eagerly; compiling what computes the loss
+# gives the speed (its backward is the generated one)
+_STEP_ADVICE = ("What to do: compile the model (or the function that computes the loss) and call "
+                "loss.backward() and optimizer.step() outside it: the backward then runs the compiled "
+                "graph's (generated) backward. See the README, 'Training'.")
+_STEP_READS = {T.backward, torch.autograd.backward, torch.autograd.grad, T.grad.__get__}
 _ADVICE = ("What to do: keep data-dependent Python logic out of the compiled function, "
            "or express it with tensor ops (torch.where) so it stays in the graph.")
 _DEVICE_PROPS = {T.device.__get__: "device", T.is_cuda.__get__: "is_cuda", T.is_cpu.__get__: "is_cpu",
@@ -82,7 +89,7 @@ class TracingMode(TorchFunctionMode):
             if out is not NOT_MINE:
                 return out
         if func in _DATA_READS:
-            raise GraphBreak(_DATA_READS[func], user_location(), _ADVICE)
+            raise GraphBreak(_DATA_READS[func], user_location(), _STEP_ADVICE if func in _STEP_READS else _ADVICE)
         if func in _BREAKS and args and isinstance(args[0], FakeTensor):
             raise GraphBreak(f"Tensor.{_BREAKS[func]} cannot be answered while tracing (it is the real tensor's, "
                              "made when the compiled code runs)", user_location(),

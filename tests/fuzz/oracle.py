@@ -56,7 +56,8 @@ def difference(want, got, path="out"):
 def near(want, got, ref) -> bool:
     """Whether float rounding explains `got` differing from eager's `want`, given `ref`, the same
     program run in float64: element by element, the compiled value is as near the exact one as
-    eager's (4x eager's own error, plus the usual tolerance). A sum of layer-normalised values is
+    eager's (4x eager's own error there, plus twice eager's worst error in the tensor, plus the
+    usual tolerance). A sum of layer-normalised values is
     ~0 from cancellation: a kernel summing in another order lands 1e-5 from eager and nearer the
     exact result. A wrong index, size or gradient is off by far more than eager's rounding."""
     if isinstance(want, torch.Tensor):
@@ -66,7 +67,12 @@ def near(want, got, ref) -> bool:
             # float32 answer differs from float64's (argmax over values equal but for rounding): rounding decides it
             return torch.equal(want, got) or (ref.dtype == want.dtype and not torch.equal(want, ref))
         r, w, g = ref.double(), want.double(), got.double()
-        ok = (g - r).abs() <= 4 * (w - r).abs() + 1e-5 + 1e-4 * r.abs()
+        # eager's worst error in the tensor is rounding's scale there too: where the exact values
+        # are ~0 by cancellation (layer_norm's gradient of a row-constant gradient), both results
+        # are noise of that size, position by position different (train fuzz seed 25112702)
+        e = (w - r).abs()
+        floor = 2 * float(e[e.isfinite()].max()) if e.isfinite().any() else 0.0
+        ok = (g - r).abs() <= 4 * e + floor + 1e-5 + 1e-4 * r.abs()
         return bool((ok | (g.isnan() & w.isnan()) | (g == w)).all())
     if isinstance(want, (list, tuple)):
         return isinstance(ref, (list, tuple)) and len(ref) == len(want) == len(got) and all(map(near, want, got, ref))

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 import dynashape as ds
+from dynashape.runtime.annotations import marks_of
 from tests.oracle import check_vs_eager
 
 
@@ -112,13 +113,52 @@ def test_mark_static_then_a_new_size_recompiles():
     assert cf.stats.compiles == 2
 
 
-def test_annotations_refuse_to_run_inside_a_compiled_function():
+def test_annotations_inside_a_compiled_function_are_accepted_and_change_nothing():
+    # as torch.compile: on an input or on a value the function computes, no error, no effect
     def f(x):
         ds.mark_dynamic(x, 0)
-        return x
+        y = x * 2
+        ds.mark_dynamic(y, 0)
+        ds.mark_static(y, 0)
+        return y + 1
 
-    with pytest.raises(RuntimeError, match="inside a compiled function"):
-        ds.compile(f)(torch.rand(3))
+    cf = ds.compile(f)
+    for n in (3, 4, 5):
+        x = torch.rand(n)
+        got = cf(x)
+        assert not marks_of(x)  # (eager's call below marks it)
+        torch.testing.assert_close(got, f(x))
+    assert cf.stats.compiles == 2 and cf.stats.graph_breaks == []
+
+
+def test_marks_of_the_first_call_do_not_bind_later_unmarked_tensors():
+    # PyTorch: a later tensor needs no marks to reuse the dynamic entry; marks it carries must hold
+    cf = ds.compile(lambda x: x * 2)
+    x = torch.rand(4, 3)
+    ds.mark_dynamic(x, 0)
+    cf(x)
+    for n in (7, 9):
+        cf(torch.rand(n, 3))
+    assert cf.stats.compiles == 1, cf.stats.recompile_reasons
+    y = torch.rand(5, 3)
+    ds.mark_dynamic(y, 0)  # dynamic here too: reused
+    cf(y)
+    assert cf.stats.compiles == 1
+    z = torch.rand(6, 3)
+    ds.mark_static(z, 0)  # static where the entry is dynamic: a new entry
+    torch.testing.assert_close(cf(z), z * 2)
+    assert cf.stats.compiles == 2 and "annotations" in cf.stats.recompile_reasons[-1]
+
+
+def test_a_marked_tensor_does_not_reuse_an_entry_that_is_static_in_its_marked_dim():
+    cf = ds.compile(lambda x: x * 2, dynamic=False)
+    cf(torch.rand(4))
+    x = torch.rand(4)
+    ds.mark_dynamic(x, 0)
+    cf(x)
+    assert cf.stats.compiles == 2
+    cf(torch.rand(11))  # the marked entry is dynamic: an unmarked tensor of another size reuses it
+    assert cf.stats.compiles == 2, cf.stats.recompile_reasons
 
 
 def test_annotation_arguments_are_checked():

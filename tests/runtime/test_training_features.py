@@ -317,7 +317,9 @@ def test_autocast_inside(fused_autograd):
                 h = y.sigmoid() * y
             return h.float().pow(2).mean(), h, y
         return f
-    run_twins(build, rtol=0, atol=0)
+    # the bf16 values are torch's calls (autocast regions are not lowered), but the float32 loss
+    # after them is a fused kernel (its mean summed in double), and so are the gradients it sends
+    run_twins(build)
 
 
 def test_autocast_around_the_call(fused_autograd):

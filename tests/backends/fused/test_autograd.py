@@ -13,12 +13,17 @@ from .oracle import check_fused
 
 @pytest.fixture(autouse=True)
 def _fused_autograd():
-    """The generated-backward path is opt-in (ds.config.fused_autograd); these tests are about it."""
+    """The generated-backward path (ds.config.fused_autograd, on by default); these tests are about it."""
     with ds.config.patch(fused_autograd=True):
         yield
 
 
-def test_by_default_a_region_under_autograd_runs_its_torch_calls():
+def test_by_default_a_region_under_autograd_runs_its_kernel_and_generated_backward():
+    from dynashape.runtime.config import _DEFAULTS
+    assert _DEFAULTS["fused_autograd"] == (bool, True)
+
+
+def test_with_fused_autograd_off_a_region_under_autograd_runs_its_torch_calls():
     with ds.config.patch(fused_autograd=False, fused_sync=True):
         cf = ds.compile(chain, dynamic=True, backend="fused")
         x, w, b = (torch.randn(*s, requires_grad=True) for s in [(3, 6), (6,), (6,)])
