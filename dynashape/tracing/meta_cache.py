@@ -13,6 +13,7 @@ from collections import OrderedDict
 
 import torch
 
+from . import no_dynamo
 from .tree import leaves
 
 _MAX = 4096
@@ -95,6 +96,8 @@ def _build(spec, inputs):
 
 def call(func, args, kwargs):
     """`func(*args, **kwargs)` on meta tensors, through the cache when that is exact."""
+    if not no_dynamo._done:
+        no_dynamo.prepare()
     if not _cacheable_op(func) or "out" in kwargs or kwargs.get("inplace") is True:
         return func(*args, **kwargs)
     if torch.is_grad_enabled() and any(isinstance(a, torch.Tensor) and a.requires_grad

@@ -28,6 +28,9 @@ PROGRAM = textwrap.dedent("""
         x, w = torch.randn(n, 2 * n + 1), torch.randn(2 * n + 1)
         torch.testing.assert_close(cf(x, w), f(x, w))
     assert cf.entries[0].fn.fused
+    x, w = torch.randn(5, 11, requires_grad=True), torch.randn(11, requires_grad=True)
+    cf(x, w).square().sum().backward()  # a training step: the generated backward's kernels too
+    assert type(cf(x, w).grad_fn).__name__ == "FusedRegionBackward"
     print("compiles", fused.counters["compiles"])
 """)
 
@@ -48,7 +51,7 @@ def _compiles(p) -> int:
 
 def test_a_warm_second_process_compiles_no_cpp(tmp_path):
     cache = tmp_path / "kernels"
-    assert _compiles(_run(tmp_path, cache)) == 1
+    assert _compiles(_run(tmp_path, cache)) >= 2  # the forward's kernel, the backward's
     assert _compiles(_run(tmp_path, cache)) == 0
     names = os.listdir(cache)
     assert not [n for n in names if ".tmp" in n or n.endswith(".cpp.tmp")], names  # no half-written files
@@ -57,7 +60,7 @@ def test_a_warm_second_process_compiles_no_cpp(tmp_path):
 def test_concurrent_processes_share_one_cache(tmp_path):
     cache = tmp_path / "kernels"
     procs = [_run(tmp_path, cache) for _ in range(2)]
-    assert sum(_compiles(p) for p in procs) in (1, 2)  # each may compile; both load whole libraries
+    assert sum(_compiles(p) for p in procs) >= 2  # each may compile; both load whole libraries
 
 
 def _unique_fn():
