@@ -98,6 +98,14 @@ class Entry:
         return f"<Entry {kind}: {len(self.guards)} guards>"
 
 
+_EAGER_KEYS = 4096
+
+
+def _eager_key(args) -> tuple:
+    """The sizes and types of a call's arguments (a module's own state is not looked at)."""
+    return tuple(a.shape if isinstance(a, torch.Tensor) else type(a) for a in args)
+
+
 class CompiledFunction:
     """A function compiled by dynashape; call it like the original."""
 
@@ -132,6 +140,7 @@ class CompiledFunction:
         self.frame_state = shared.frame_state
         self._warned_limit = False
         self._fell_back = False  # the recompile limit was hit: misses run eagerly, unexplained
+        self._eager_keys: set = set()  # past it: the argument sizes that missed every entry
         self._ran_eagerly = False  # eager_then_compile: the first call has run
         functools.update_wrapper(self, fn)
         _ALL.add(self)
@@ -157,6 +166,10 @@ class CompiledFunction:
         stance = _stance._current[0]
         if stance == "force_eager" or _tracing_state.is_tracing():  # inside another trace: inline it
             return self._fn(*args, **kwargs)
+        if self._fell_back and not kwargs:  # past the limit: sizes seen to miss every entry run eagerly at once
+            key = _eager_key(args)
+            if key in self._eager_keys:
+                return self._fn(*args, **kwargs)
         L = self._bind(args, kwargs)
         shape = ((len(args), tuple(kwargs)) if kwargs else len(args)) if self._shape_matters else 0
         e = self._cache.lookup(L, shape)
@@ -170,6 +183,10 @@ class CompiledFunction:
             except SideExit as x:  # this call's data takes a branch the entry has not compiled
                 return self._side_exit(e, x, L, args, kwargs)
         if self._fell_back and len(self.entries) >= config.recompile_limit:  # past the limit: eager, cheaply
+            if not kwargs and len(self._eager_keys) < _EAGER_KEYS:
+                # the next call with these sizes skips binding and the lookup. Sound whatever else the
+                # guards check: running eagerly is always right, a call an entry would have taken included
+                self._eager_keys.add(_eager_key(args))
             return self._fn(*args, **kwargs)
         if stance == "eager_then_compile" and not self._ran_eagerly and not self.entries:
             self._ran_eagerly = True
@@ -496,6 +513,7 @@ class CompiledFunction:
         self.stats = Stats()
         self.frame_state.__init__()
         self._warned_limit = self._fell_back = False
+        self._eager_keys = set()
 
 
 class _SharedCache:

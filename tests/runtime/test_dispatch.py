@@ -75,3 +75,24 @@ def test_past_the_limit_misses_run_eagerly_without_explaining(monkeypatch):
         for n in range(1, 12):
             cf(torch.randn(n, 4))
     assert sum("recompile_limit" in str(x.message) for x in w) == 1
+
+
+def test_past_the_limit_sizes_that_missed_skip_the_lookup_and_other_calls_still_hit_their_entries(monkeypatch):
+    # issue 22: a call past the limit cost binding + a failed lookup (11.8 us over eager); sizes
+    # that already missed every entry now run eagerly at once. Calls that hit an entry still do.
+    cf = ds.compile(f, dynamic=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for n in range(1, 12):
+            cf(torch.randn(n, 4))
+    looked = []
+    real = type(cf._cache).lookup
+    monkeypatch.setattr(type(cf._cache), "lookup", lambda self, L, s=0: looked.append(1) or real(self, L, s))
+    for _ in range(5):
+        x = torch.randn(50, 4)
+        torch.testing.assert_close(cf(x), f(x))
+    assert len(looked) == 1  # the first miss only
+    hit = cf.entries[-1]
+    x = torch.randn(1, 4)  # the oldest entry's size: looked up, and run by that entry
+    torch.testing.assert_close(cf(x), f(x))
+    assert len(looked) == 2 and cf.entries[-1] is hit

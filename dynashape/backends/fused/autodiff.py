@@ -220,6 +220,14 @@ def _reduce(n, a, g, o):
     return {0: f"torch.where({ok} == 0, 0.0, {gk} / {ok}) * ({a[0]} - {mean}) / ({count} - {correction})"}
 
 
+def correction_of(n) -> float:
+    """var/std's correction where it is a number (1 when it is not: the kernel gives up then anyway)."""
+    try:
+        return _correction(n)
+    except NoRule:
+        return 1
+
+
 def _correction(n):
     if "correction" in n.kwargs:
         c = n.kwargs["correction"]

@@ -175,6 +175,18 @@ class RegionRuntime:
             if inner.free_symbols:
                 self.nonempty = inner
                 sym_set |= inner.free_symbols
+        # var/std over n <= correction elements: eager's NaN comes with its UserWarning, so torch gives both
+        self.few = None
+        corrs = [autodiff.correction_of(n) for n in region.nodes if ops.op_name(n.target) in ("var", "std")]
+        if corrs:
+            inner = sympy.Mul(*[sympy.sympify(d) for d in D[k:]])
+            c = max(corrs)
+            if not inner.free_symbols:
+                if inner <= c:
+                    raise Unfusable("var/std over no more elements than the correction: eager warns")
+            else:
+                self.few = (inner, c)
+                sym_set |= inner.free_symbols
         self.symbols = sorted(sym_set, key=lambda s: s.name)
         self.kernel = None
         self.wrapper = None
@@ -239,6 +251,9 @@ class RegionRuntime:
         lines.append(f"        {torch_calls}")
         if self.layout_matters:  # a non-contiguous input: eager's outputs may be too, and a later view raise
             lines.append(f"    if not ({' and '.join(f'{a}.is_contiguous()' for a in ins)}):")
+            lines.append(f"        {torch_calls}")
+        if self.few is not None:
+            lines.append(f"    if ({pyexpr(self.few[0])}) <= {self.few[1]!r}:")
             lines.append(f"        {torch_calls}")
         if self.nonempty is not None:
             lines.append(f"    if ({pyexpr(self.nonempty)}) == 0:")

@@ -351,3 +351,24 @@ def test_negative_zero_is_not_the_zero_of_another_statement():
     with ds.config.patch(fused_sync=True):
         for args in cases:
             assert got(*args).tolist() == f(*args).tolist()
+
+
+@pytest.mark.parametrize("op", ["std", "var"])
+def test_var_over_no_more_elements_than_the_correction_warns_as_eager(op):
+    # the kernel gave eager's NaN without eager's UserWarning (issue 22): such calls run torch's
+    def f(x):
+        return getattr(x * 2, op)(-1) + 1
+    cf = ds.compile(f, dynamic=True, backend="fused")
+    with ds.config.patch(fused_sync=True):
+        cf(torch.randn(3, 4))
+        for n in (1, 0, 5):
+            x = torch.randn(3, n)
+            with warnings.catch_warnings(record=True) as got:
+                warnings.simplefilter("always")
+                out = cf(x)
+            with warnings.catch_warnings(record=True) as want:
+                warnings.simplefilter("always")
+                ref = f(x)
+            torch.testing.assert_close(out, ref, equal_nan=True)
+            assert [str(w.message) for w in got] == [str(w.message) for w in want]
+    assert cf.entries[0].fn.fused
