@@ -141,6 +141,9 @@ class CompiledFunction:
         self._warned_limit = False
         self._fell_back = False  # the recompile limit was hit: misses run eagerly, unexplained
         self._eager_keys: set = set()  # past it: the argument sizes that missed every entry
+        # not agreed across ranks by compiler collectives: a fused region's generated backward, run by
+        # autograd while DDP all-reduces (its sizes follow the forward's, which the ranks agreed on)
+        self.rank_local = False
         self._ran_eagerly = False  # eager_then_compile: the first call has run
         functools.update_wrapper(self, fn)
         _ALL.add(self)
@@ -173,7 +176,7 @@ class CompiledFunction:
         L = self._bind(args, kwargs)
         shape = ((len(args), tuple(kwargs)) if kwargs else len(args)) if self._shape_matters else 0
         e = self._cache.lookup(L, shape)
-        if _COLLECTIVES_ON[0] and _fleet.agree(self, e is None) and e is not None:
+        if _COLLECTIVES_ON[0] and not self.rank_local and _fleet.agree(self, e is None) and e is not None:
             return self._miss(L, args, kwargs, stance, other_rank=True)  # another rank recompiles: so do we
         if e is not None:
             if e.fn is None:
@@ -278,7 +281,8 @@ class CompiledFunction:
     def _compile_and_run(self, L, args, kwargs, merge_into=None):
         if _th.on: _th.emit("compile_start", self, L)  # noqa: E701
         _fleet.seed(self, L)  # what varied in earlier runs (the PGO profile) is dynamic from the start
-        _fleet.sync(self, L)  # with compiler collectives: every rank makes the same sources dynamic
+        if not self.rank_local:
+            _fleet.sync(self, L)  # with compiler collectives: every rank makes the same sources dynamic
         env = ShapeEnv(specialize_zero_one=config.specialize_zero_one, duck_shape=config.use_duck_shape,
                        backed_size_oblivious=config.backed_size_oblivious)
         graph = Graph()

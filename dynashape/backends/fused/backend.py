@@ -214,7 +214,9 @@ class RegionRuntime:
             from ...runtime.compile import compile as ds_compile
             ns = dict(self.backward.namespace)
             exec_source(self.backward.source, "fused-backward", ns)
-            self._backward_fn = ds_compile(ns[f"{self.name}_backward"], dynamic=True, backend="fused")
+            fn = ds_compile(ns[f"{self.name}_backward"], dynamic=True, backend="fused")
+            fn.rank_local = True  # a collective inside autograd's backward would interleave with DDP's
+            self._backward_fn = fn
         return self._backward_fn
 
     def kernel_call(self, *args, _save=None):
