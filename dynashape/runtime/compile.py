@@ -291,7 +291,7 @@ class CompiledFunction:
         policy = make_policy(self.dynamic, self.frame_state, L, why_dynamic)
         tracer = Tracer(env, graph, policy, capture_scalar_outputs=config.capture_scalar_outputs,
                         capture_dynamic_output_shape_ops=config.capture_dynamic_output_shape_ops)
-        if config.speculate_data_branches:
+        if config.speculate_data_branches and (not self.fullgraph or config.speculate_under_fullgraph):
             tracer.real = RealValues(graph, L)
             env.speculate = tracer.speculate_expr
         state = PyState(tracer, self._globals, self._closure)
@@ -490,7 +490,12 @@ class CompiledFunction:
                 raise DataDependentError(str(e), e.expr, e.location) from None
             e = GraphBreak(str(e).split("\n")[0], getattr(e, "location", None), str(e))
         if self.fullgraph:
-            err = GraphBreakError(e.reason, e.location, e.advice or "")
+            advice = e.advice or ""
+            if "control flow" in e.reason and config.speculate_data_branches and not config.speculate_under_fullgraph:
+                advice += ("\nUnder fullgraph=True a branch on data raises, as in torch.compile. To compile it as "
+                           "data-guarded paths of one graph instead, set ds.config.speculate_under_fullgraph = True "
+                           "(or drop fullgraph=True).")
+            err = GraphBreakError(e.reason, e.location, advice)
             raise err from None
         reason = f"{e.reason}" + (f" at {e.location}" if e.location else "")
         self.stats.graph_breaks.append(reason)

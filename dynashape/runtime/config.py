@@ -24,6 +24,9 @@ _DEFAULTS: dict[str, tuple[type, object]] = {
     # a branch on tensor data (`if t.any():`) is decided by the call's real values and guarded inside the
     # graph (a side exit traces the other path) instead of a graph break
     "speculate_data_branches": (bool, True),
+    # fullgraph=True raises on a data branch, as torch.compile's does (a compiled function of one graph,
+    # no trace tree); True: fullgraph entries speculate too (one compiled tree, never an eager fallback)
+    "speculate_under_fullgraph": (bool, False),
     "speculation_paths": (int, 8),  # paths one entry's trace tree may grow; then calls on new paths run eagerly
     "dynamic_sources": (str, ""),
     "unbacked_sources": (str, ""),

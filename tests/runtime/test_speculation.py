@@ -215,13 +215,20 @@ def test_a_branch_after_a_visible_effect_is_a_graph_break_that_says_why(prefix, 
     torch.testing.assert_close(x1, x2)  # the in-place change happened once
     assert len(cf.stats.graph_breaks) == 1 and why in cf.stats.graph_breaks[0]
     assert "cannot be re-run from its start" in cf.stats.graph_breaks[0]
-    with pytest.raises(ds.GraphBreakError, match="depends on data"):
+    with pytest.raises(ds.GraphBreakError, match="depends on data"), \
+            ds.config.patch(speculate_under_fullgraph=True):
         ds.compile(f, fullgraph=True)(torch.ones(3))
 
 
-def test_fullgraph_compiles_a_data_branch():
-    cf = differential(any_branch, lambda i: (torch.randn(6),), fullgraph=True)
-    assert cf.stats.paths == 2
+def test_fullgraph_raises_on_a_data_branch_as_torch_compile_and_says_how_to_speculate():
+    with pytest.raises(ds.GraphBreakError, match="speculate_under_fullgraph"):
+        ds.compile(any_branch, fullgraph=True)(torch.randn(6))
+
+
+def test_fullgraph_compiles_a_data_branch_when_asked():
+    with ds.config.patch(speculate_under_fullgraph=True):
+        cf = differential(any_branch, lambda i: (torch.randn(6),), fullgraph=True)
+    assert cf.stats.paths == 2 and not cf.stats.graph_breaks
 
 
 def test_a_condition_on_a_tensor_of_several_values_raises_as_eager():
