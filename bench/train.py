@@ -194,7 +194,11 @@ def sequences(inductor: bool) -> list:
         for k, make in makers.items():
             ds.reset()
             torch._dynamo.reset()
-            with ds.config.patch(fused_cache_dir=_fresh_dir(), fused_autograd=True):
+            # cold for both: a fresh kernel directory for ours, no FX-graph/AOT/kernel caches for Inductor
+            # (a warm Inductor cache from an earlier run made its total 10x smaller: not a compile)
+            import torch._inductor.config as ind_config
+            with ds.config.patch(fused_cache_dir=_fresh_dir(), fused_autograd=True), \
+                    ind_config.patch(force_disable_caches=True):
                 t0 = time.perf_counter()
                 f = make()
                 for args in seq:

@@ -6,8 +6,9 @@
   (as under torch.compile: the value *is* an int at run time, and any branch on
   its value adds a guard); `type(n) is int` stays False. dynashape's own code
   keeps the plain answer.
-- `random`, `time` and `numpy.random` calls from user code are graph breaks:
-  their value would otherwise be baked into the graph as a constant.
+- `random` and `numpy.random` scalar draws from user code become graph calls drawn at
+  run time (pyrandom.py); other `random`, `time` and `numpy.random` calls are graph
+  breaks: their value would otherwise be baked into the graph as a constant.
 - `os.environ` reads are recorded; the compiled entry guards them.
 
 Every patch answers differently only in the thread that traces, and is undone
@@ -24,7 +25,9 @@ import threading
 import torch
 
 from ..symbolic.userloc import user_location
+from . import pyrandom
 from .errors import GraphBreak
+from .state import current_tracer
 from .symint import SymBool, SymFloat, SymInt
 
 _lock = threading.Lock()
@@ -87,6 +90,10 @@ def _compiling(orig):
 def _breaking(owner_name, name, orig):
     def fn(*args, **kwargs):
         if threading.get_ident() in _threads and _caller_is_user():
+            kind = pyrandom.scalar_kind(owner_name, name, args, kwargs)
+            tracer = current_tracer()
+            if kind is not None and tracer is not None:  # drawn when the compiled code runs
+                return pyrandom.draw(tracer, owner_name, name, orig, args, kwargs, kind)
             raise GraphBreak(f"{owner_name}.{name}() inside the compiled function (its value would be baked "
                              f"into the graph)", user_location(),
                              "What to do: call it outside the compiled function and pass the value in, "

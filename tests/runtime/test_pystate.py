@@ -304,16 +304,52 @@ def test_os_environ_reads_are_guarded():
     assert cf.stats.compiles == 2
 
 
-def test_random_in_the_function_is_a_graph_break_not_a_constant():
+def test_random_in_the_function_is_drawn_at_run_time_not_a_constant():
+    # issue 22: as torch.compile, Python's draws happen when the compiled code runs, in eager's order
     def f(x):
-        return x * random.uniform(0, 1)
+        return x * random.uniform(0, 1) + random.randint(1, 6)
 
     cf = ds.compile(f)
-    random.seed(0)
-    a = cf(torch.ones(1)).item()
-    b = cf(torch.ones(1)).item()
-    assert a != b
-    assert "random.uniform()" in cf.stats.graph_breaks[0] and "test_pystate.py" in cf.stats.graph_breaks[0]
+    for seed in range(4):
+        random.seed(seed)
+        want = [f(torch.ones(1)).item() for _ in range(3)] + [random.random()]
+        random.seed(seed)
+        got = [cf(torch.ones(1)).item() for _ in range(3)] + [random.random()]
+        assert got == want
+    assert cf.stats.compiles == 1 and cf.stats.graph_breaks == []
+
+
+def test_what_python_decides_from_a_random_draw_is_a_graph_break_that_says_why():
+    def f(x):
+        if random.random() < 0.5:
+            return x + 1
+        return x - 1
+
+    def g(x):
+        return x * random.choice([1.0, 2.0])
+
+    for fn in (f, g):
+        cf = ds.compile(fn)
+        random.seed(3)
+        want = [fn(torch.ones(1)).item() for _ in range(6)]
+        random.seed(3)
+        assert [cf(torch.ones(1)).item() for _ in range(6)] == want
+        assert "random." in cf.stats.graph_breaks[0] and "test_pystate.py" in cf.stats.graph_breaks[0]
+
+
+def test_numpy_scalar_draws_are_drawn_at_run_time():
+    np = pytest.importorskip("numpy")
+
+    def f(x):
+        return x * np.random.normal(0, 1) + np.random.rand()
+
+    cf = ds.compile(f)
+    np.random.seed(0)
+    want = [f(torch.ones(2)) for _ in range(3)]
+    np.random.seed(0)
+    got = [cf(torch.ones(2)) for _ in range(3)]
+    torch.testing.assert_close(got, want)
+    assert cf.stats.graph_breaks == []
 
 
 def test_a_closure_argument_is_guarded_by_code_and_contents_not_identity():
