@@ -10,7 +10,7 @@ _DEFAULTS: dict[str, tuple[type, object]] = {
     "automatic_dynamic_shapes": (bool, True),
     "assume_static_by_default": (bool, True),
     "specialize_int": (bool, False),
-    "specialize_float": (bool, True),
+    "specialize_float": (bool, False),  # as torch.compile: a float argument that changes becomes a symbol
     "recompile_limit": (int, 8),
     "fail_on_recompile_limit_hit": (bool, False),
     "force_parameter_static_shapes": (bool, True),

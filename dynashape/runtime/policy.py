@@ -14,6 +14,7 @@ size-oblivious the same way. Sound, and one graph instead of one per 0/1 size.
 """
 from __future__ import annotations
 
+import math
 import re
 
 import torch
@@ -160,6 +161,8 @@ def make_policy(dynamic, frame_state: FrameState, L: dict, explain: dict | None 
                                 else config.force_nn_module_property_static_shapes):
             return DimPolicy(DimDynamic.STATIC)
         if (kind == "int" and config.specialize_int) or (kind == "float" and config.specialize_float):
+            return DimPolicy(DimDynamic.STATIC)
+        if kind == "float" and not math.isfinite(value):  # nan, inf: no symbol can stand for them
             return DimPolicy(DimDynamic.STATIC)
         if mark is not None:
             if mark.kind == "unbacked":

@@ -148,6 +148,8 @@ def _explain_range(g: ShapeGuard, ns) -> str:
     lo, hi, lo_loc, hi_loc = g.bounds
     src = g.sources[0]
     v = eval(src.name(), ns)
+    if isinstance(v, float) and v != v:  # nan: outside every range (sympy refuses to compare it)
+        return f"{g.code} failed ({src.pretty()} = nan)" + (f"; added at {g.location}" if g.location else "")
     if hi is not None and v > hi:
         msg = f"{src.name()} <= {hi} failed ({src.pretty()} = {v})"
         return msg + (f"; added at {hi_loc}" if hi_loc else "")

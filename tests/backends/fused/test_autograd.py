@@ -191,7 +191,9 @@ def test_each_derivative_rule_matches_eager_with_zeros_ties_and_constant_rows(na
     torch.manual_seed(0)
     cases = [(_edges(a, c), _edges(c).detach().requires_grad_()) for a, c in [(3, 1), (4, 6), (1, 5), (5, 11)]]
     # a weight's gradient sums over rows in another order than eager's: float32 rounding of a sum
-    cf = check_fused(f, cases, grad=True, compiles=None, equal_nan=True, rtol=2e-5, atol=1e-4)
+    # (a var/std over rows of 1 element runs torch's calls: eager's NaN comes with a warning)
+    cf = check_fused(f, cases, grad=True, compiles=None, equal_nan=True, rtol=2e-5, atol=1e-4, fused=False)
+    assert any(e.fn.fused for e in cf.entries), [e.fn.error for e in cf.entries]
     assert all(rt.backward is not None for e in cf.entries for rt in e.fn.regions), name
 
 
