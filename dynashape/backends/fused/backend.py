@@ -283,7 +283,9 @@ class RegionRuntime:
                 if ops.op_name(o.target) == "mean":
                     total = f"({total} / ({' * '.join(pyexpr(d) if not isinstance(d, int) else str(d) for d in counted)}))"
                 shape = ", ".join(pyexpr(d) if not isinstance(d, int) else str(d) for d in o.meta.shape)
-                epilogue.append(f"    out{j} = {total}.to({o.meta.dtype}).reshape(({shape}{',' if shape else ''}))")
+                # into a tensor of its own: a view (reshape of the sum) returned by the region's autograd
+                # Function could not be changed in place by the user (torch forbids it for such views)
+                epilogue.append(f"    out{j} = _fresh({total}, ({shape}{',' if shape else ''}), {o.meta.dtype})")
                 continue
             if ops.family(o) == "xent":
                 dims = [r.domain[0]]
@@ -314,7 +316,7 @@ class RegionRuntime:
         if len(outs) > 1:
             lines[-1] = f"    return ({', '.join(outs)})"
         src = "\n".join(lines) + "\n"
-        ns = {"torch": torch, "_empty": torch.empty, "_zeros": torch.zeros, "_kernel": self.kernel, "_nthreads": torch.get_num_threads,
+        ns = {"torch": torch, "_empty": torch.empty, "_zeros": torch.zeros, "_fresh": _fresh, "_kernel": self.kernel, "_nthreads": torch.get_num_threads,
               "_grad_on": torch.is_grad_enabled, "_rt": self, "_apply": autodiff.FusedRegion.apply}
         exec_source(src, "fused-region", ns)
         fn = ns[self.name]
@@ -354,6 +356,12 @@ def _internal(t) -> bool:
     if name is not None:
         return ops.family(t) in ("pointwise", "reduce", "composite", "xent") and name not in ops.CASTS
     return getattr(t.target, "__name__", None) in _FRESH_CALLS
+
+
+def _fresh(t, shape, dtype):
+    out = torch.empty(shape, dtype=dtype)
+    out.copy_(t.reshape(shape))
+    return out
 
 
 def _reachable(t) -> bool:

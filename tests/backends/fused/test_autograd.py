@@ -364,3 +364,24 @@ def test_gradients_through_column_sums_and_a_total_mean_match_eager():
     kinds = {k for e in cf.entries for rt in e.fn.regions for k in rt.spec.out_kinds}
     assert {"col", "total"} <= kinds
     assert all(rt.backward is not None for e in cf.entries for rt in e.fn.regions)
+
+
+def test_outputs_of_a_region_can_be_viewed_and_changed_in_place_as_eager_s():
+    # a total's output was a reshape of the threads' sum: a view returned by the region's Function,
+    # and torch forbids changing such a view in place (train fuzz seed 25112703: x.mean().view(-1).clamp_())
+    def f(x, b):
+        return (x * 2).sin(), (x * b).sum(0, keepdim=True), (x.exp() * 2).mean()
+    cf = ds.compile(f)
+    with ds.config.patch(fused_sync=True):
+        for n in (3, 4, 5):
+            res = []
+            for fn in (f, cf):
+                torch.manual_seed(n)
+                x, b = torch.randn(n, 4, requires_grad=True), torch.randn(4, requires_grad=True)
+                outs = fn(x, b)
+                for o in outs:
+                    o.view(-1)[:1].mul_(2)
+                sum(o.sum() for o in outs).backward()
+                res.append(([o.detach() for o in outs], x.grad, b.grad))
+            torch.testing.assert_close(res[1], res[0])
+    assert all(type(o.grad_fn).__name__ == "FusedRegionBackward" for o in cf(x, b))
