@@ -447,3 +447,19 @@ def test_a_view_of_contiguous_s_result_answers_grad_fn_as_eager_for_every_size()
             except RuntimeError as e:
                 results.append(type(e))
         assert results[0] == results[1], n
+
+
+def test_retain_grad_inside_keeps_sizes_dynamic():
+    # it had no symbolic rule, so the fallback pinned every size of its tensor: one compile per batch
+    def f(x):
+        h = x * 2
+        h.retain_grad()
+        return h
+    cf = ds.compile(f)
+    for n in (4, 6, 9, 5):
+        x = torch.randn(n, 3, requires_grad=True)
+        h = cf(x)
+        (h * h).sum().backward()
+        assert h.retains_grad
+        torch.testing.assert_close(h.grad, 2 * h.detach())
+    assert cf.stats.compiles == 2 and not cf.stats.fallbacks, cf.stats.recompile_reasons

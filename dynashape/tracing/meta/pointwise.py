@@ -66,6 +66,7 @@ register(*lookup(T, *[n + "_" for n in UNARY if n not in ("detach", "alias", "co
                  "sigmoid_", "tanh_", "masked_fill_"),
          *lookup(torch, "relu_", "sigmoid_", "tanh_"),
          *lookup(F, "relu_", "elu_", "leaky_relu_", "hardtanh_", "threshold_"))(_inplace)
+register(*lookup(T, "retain_grad"))(lambda x: [])  # no result, no size read: nothing to specialize
 register(*lookup(torch, *BINARY), *lookup(T, *BINARY), *lookup(T, *DUNDER_BINARY),
          *lookup(torch, "where", "lerp", "addcmul", "addcdiv", "clamp", "clip", "clamp_min", "clamp_max",
                  "masked_fill"),
