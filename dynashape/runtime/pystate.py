@@ -322,8 +322,8 @@ class PyState:
         is dynamic in this entry, one marked static is not); else it recompiles."""
         now = getattr(t, attr, None)
         self.ns["_marks_ok"] = _marks_ok
-        self._check(f"_marks_ok(getattr({src.name()}, {attr!r}, None), {self._const(now)}, "
-                    f"{self._const(frozenset(dynamic_dims))})",
+        m = f"getattr({src.name()}, {attr!r}, None)"
+        self._check(f"{m} is None or _marks_ok({m}, {self._const(now)}, {self._const(frozenset(dynamic_dims))})",
                     f"the ds.mark_* annotations of {src.pretty()} are not those of this entry "
                     f"(dynamic dims here: {sorted(dynamic_dims)})", listed=False)
 
