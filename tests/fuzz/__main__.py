@@ -1,5 +1,6 @@
 """`python -m tests.fuzz`: a random-seed fuzzing run (what `make fuzz` calls)."""
 import argparse
+import faulthandler
 import os
 import random
 import sys
@@ -9,6 +10,7 @@ from .phases import PHASES
 
 
 def main(argv=None) -> int:
+    faulthandler.enable()  # a crash in a kernel kills the run: at least say which program was running
     ap = argparse.ArgumentParser(prog="python -m tests.fuzz", description=__doc__)
     ap.add_argument("--minutes", type=float, default=float(os.environ.get("FUZZ_MINUTES", 10)))
     ap.add_argument("--seed", type=int, default=None, help="default: random (printed at the end)")

@@ -175,6 +175,16 @@ class RegionRuntime:
             if inner.free_symbols:
                 self.nonempty = inner
                 sym_set |= inner.free_symbols
+        # an empty domain: the kernel would still read a row's loop-invariant values (hoisted out of its
+        # empty inner loop), from an empty input whose data pointer is null (train fuzz seed 25112704
+        # segfaulted); torch's calls give eager's empty results and reductions over nothing
+        size = sympy.Mul(*[sympy.sympify(d) for d in D])
+        self.empty = None
+        if size == 0:
+            raise Unfusable("an empty domain")
+        if size.free_symbols:
+            self.empty = size
+            sym_set |= size.free_symbols
         # var/std over n <= correction elements: eager's NaN comes with its UserWarning, so torch gives both
         self.few = None
         corrs = [autodiff.correction_of(n) for n in region.nodes if ops.op_name(n.target) in ("var", "std")]
@@ -253,6 +263,9 @@ class RegionRuntime:
         lines.append(f"        {torch_calls}")
         if self.layout_matters:  # a non-contiguous input: eager's outputs may be too, and a later view raise
             lines.append(f"    if not ({' and '.join(f'{a}.is_contiguous()' for a in ins)}):")
+            lines.append(f"        {torch_calls}")
+        if self.empty is not None:  # nothing to compute, and an empty input's data pointer is null
+            lines.append(f"    if ({pyexpr(self.empty)}) == 0:")
             lines.append(f"        {torch_calls}")
         if self.few is not None:
             lines.append(f"    if ({pyexpr(self.few[0])}) <= {self.few[1]!r}:")

@@ -372,3 +372,30 @@ def test_var_over_no_more_elements_than_the_correction_warns_as_eager(op):
             torch.testing.assert_close(out, ref, equal_nan=True)
             assert [str(w.message) for w in got] == [str(w.message) for w in want]
     assert cf.entries[0].fn.fused
+
+
+def test_an_empty_domain_runs_torch_s_calls_and_reads_no_null_pointer():
+    # x.reshape(-1) of a (1, 0) tensor: the kernel hoisted the row's load of in0[0] out of its empty
+    # inner loop and read the empty input's null data pointer: a segfault (train fuzz seed 25112704).
+    # Run in a child process so that a crash fails this test instead of killing the run.
+    import os
+    import subprocess
+    import sys
+    code = (
+        "import torch, dynashape as ds\n"
+        "import torch.nn.functional as F\n"
+        "def f(x):\n"
+        "    return -F.gelu(x.reshape(-1), approximate='tanh'), (x * 2).sum(-1)\n"
+        "for shape in [(1, 0), (0, 1), (0, 3), (2, 0), (3, 2)]:\n"
+        "    for dyn in (None, True, False):\n"
+        "        ds.reset()\n"
+        "        cf = ds.compile(f, dynamic=dyn)\n"
+        "        with ds.config.patch(fused_sync=True):\n"
+        "            for _ in range(2):\n"
+        "                x = torch.randn(*shape)\n"
+        "                torch.testing.assert_close(cf(x), f(x))\n"
+        "print('ok')\n")
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600,
+                         env=dict(os.environ, PYTHONPATH=root))
+    assert out.returncode == 0 and "ok" in out.stdout, (out.returncode, out.stderr[-2000:])
