@@ -293,8 +293,8 @@ class RegionRuntime:
                 outs.append(f"out{j}")
                 total = f"out{j}.sum(0)" if kind == "col" else f"out{j}.sum()"
                 counted = r.domain[:-1] if kind == "col" else r.domain
-                if ops.op_name(o.target) == "mean":
-                    total = f"({total} / ({' * '.join(pyexpr(d) if not isinstance(d, int) else str(d) for d in counted)}))"
+                if ops.op_name(o.target) == "mean":  # one expression: `(s0 + 1) // 2 - 1 * s1` was a precedence bug
+                    total = f"({total} / ({pyexpr(sympy.Mul(*[sympy.sympify(d) for d in counted]))}))"
                 shape = ", ".join(pyexpr(d) if not isinstance(d, int) else str(d) for d in o.meta.shape)
                 # into a tensor of its own: a view (reshape of the sum) returned by the region's autograd
                 # Function could not be changed in place by the user (torch forbids it for such views)

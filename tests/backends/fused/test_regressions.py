@@ -399,3 +399,12 @@ def test_an_empty_domain_runs_torch_s_calls_and_reads_no_null_pointer():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600,
                          env=dict(os.environ, PYTHONPATH=root))
     assert out.returncode == 0 and "ok" in out.stdout, (out.returncode, out.stderr[-2000:])
+
+
+def test_a_mean_over_a_symbolic_count_divides_by_the_whole_count():
+    # the total's divisor joined its dims' expressions with ` * `: `(s0 + 1) // 2 - 1 * s1 * s2`
+    # (train fuzz seed 25112705: 1.0448 for -0.3483)
+    def f(y):
+        v0 = y[: (y.size(0) + 1) // 2 - 1]
+        return v0.pow(1).mean(), (v0 * 2).mean((0, 1, 2))
+    check_fused(f, [(torch.randn(*s),) for s in [(3, 3, 1, 2), (5, 2, 3, 4), (7, 1, 2, 3)]], compiles=None)
