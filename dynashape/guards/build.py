@@ -317,6 +317,12 @@ def _value_check(v: ValueInput, const):
     if v.kind in ("symint", "symfloat"):
         t = type(v.value) if v.value is not None else (int if v.kind == "symint" else float)
         tname = t.__name__ if t in (int, float) else const(t, "type")
+        if v.kind == "symfloat":
+            # a float symbol is a finite real to the engine (`a == a` is true, `a - a` is 0): nan and inf
+            # must not reach such a graph (fuzz seed 25112707: `a if a == a else 1.0` gave y + nan)
+            fin = const(math.isfinite, "isfinite")
+            return (f"type({name}) is {tname} and {fin}({name})",
+                    f"type({name}) is {t.__name__} and isfinite({name})")
         return f"type({name}) is {tname}", f"type({name}) is {t.__name__}"
     if v.kind == "const":
         val = v.value
