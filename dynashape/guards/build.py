@@ -312,17 +312,23 @@ def _tensor_text(t: TensorInput, strides: bool, offset: bool = False) -> str:
     return text + ")"
 
 
+def plain_float(v: float) -> bool:
+    """Whether a float symbol may stand for `v`: finite, and not -0.0."""
+    return math.isfinite(v) and (v != 0.0 or math.copysign(1.0, v) > 0)
+
+
 def _value_check(v: ValueInput, const):
     name = v.source.name()
     if v.kind in ("symint", "symfloat"):
         t = type(v.value) if v.value is not None else (int if v.kind == "symint" else float)
         tname = t.__name__ if t in (int, float) else const(t, "type")
         if v.kind == "symfloat":
-            # a float symbol is a finite real to the engine (`a == a` is true, `a - a` is 0): nan and inf
-            # must not reach such a graph (fuzz seed 25112707: `a if a == a else 1.0` gave y + nan)
-            fin = const(math.isfinite, "isfinite")
-            return (f"type({name}) is {tname} and {fin}({name})",
-                    f"type({name}) is {t.__name__} and isfinite({name})")
+            # a float symbol is a finite real to the engine (`a == a` is true, `a - a` is 0, -0.0 is 0.0):
+            # nan, inf and -0.0 must not reach such a graph (fuzz seed 25112707: `a if a == a else 1.0`
+            # gave y + nan; copysign(1.0, a) specialized at 0.0 answered 1.0 for -0.0)
+            ok = const(plain_float, "plain_float")
+            return (f"type({name}) is {tname} and {ok}({name})",
+                    f"type({name}) is {t.__name__} and plain_float({name})")
         return f"type({name}) is {tname}", f"type({name}) is {t.__name__}"
     if v.kind == "const":
         val = v.value

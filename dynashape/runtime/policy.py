@@ -14,11 +14,11 @@ size-oblivious the same way. Sound, and one graph instead of one per 0/1 size.
 """
 from __future__ import annotations
 
-import math
 import re
 
 import torch
 
+from ..guards.build import plain_float
 from ..symbolic.shape_env import DimConstraint, DimDynamic
 from ..symbolic.ranges import ValueRanges
 from ..symbolic.sources import AttrSource, ItemSource, LocalSource, SizeSource, Source
@@ -162,7 +162,7 @@ def make_policy(dynamic, frame_state: FrameState, L: dict, explain: dict | None 
             return DimPolicy(DimDynamic.STATIC)
         if (kind == "int" and config.specialize_int) or (kind == "float" and config.specialize_float):
             return DimPolicy(DimDynamic.STATIC)
-        if kind == "float" and not math.isfinite(value):  # nan, inf: no symbol can stand for them
+        if kind == "float" and not plain_float(value):  # nan, inf, -0.0: no symbol can stand for them
             return DimPolicy(DimDynamic.STATIC)
         if mark is not None:
             if mark.kind == "unbacked":
