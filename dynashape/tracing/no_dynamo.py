@@ -51,12 +51,6 @@ def prepare() -> None:
     for name, mod in list(sys.modules.items()):
         if mod is not None and name.startswith(_ROOTS):
             todo += [v for v in list(vars(mod).values()) if isinstance(v, types.FunctionType)]
-    try:
-        from torch._decomp import global_decomposition_table as tables
-        for table in tables.values():
-            todo += [v for v in table.values() if isinstance(v, types.FunctionType)]
-    except Exception:  # noqa: BLE001
-        pass
     seen: set = set()
     while todo:
         g = todo.pop()
