@@ -44,13 +44,17 @@ bench: $(STAMP)
 # returns, so they are judged), the others with the eager one; FUZZ_BACKEND=eager|fused forces one.
 # FUZZ_MODE=train: training programs (inputs that require grad; outputs, flags and every .grad
 # compared after backward, under a call phase per program), to fuzz-failures/seed-<seed>-train/.
+# FUZZ_DEVICE=cuda: inputs on the GPU (Triton kernels); FUZZ_DEVICE=interpret: every fused region as a
+# Triton kernel in Triton's interpreter on CPU tensors (no GPU needed; `pip install -e '.[gpu]'`).
 FUZZ_MINUTES ?= 10
 FUZZ_SEED ?=
 FUZZ_BACKEND ?=
 FUZZ_MODE ?=
+FUZZ_DEVICE ?=
 fuzz: $(STAMP)
 	$(BIN)/python -m tests.fuzz --minutes $(FUZZ_MINUTES) $(if $(FUZZ_SEED),--seed $(FUZZ_SEED)) \
-	  $(if $(FUZZ_BACKEND),--backend $(FUZZ_BACKEND)) $(if $(FUZZ_MODE),--mode $(FUZZ_MODE))
+	  $(if $(FUZZ_BACKEND),--backend $(FUZZ_BACKEND)) $(if $(FUZZ_MODE),--mode $(FUZZ_MODE)) \
+	  $(if $(FUZZ_DEVICE),--device $(FUZZ_DEVICE))
 
 clean:
 	rm -rf $(VENV)

@@ -3,14 +3,20 @@ the suite never writes profiles into the user's home directory.
 
 DYNASHAPE_TEST_BACKEND=fused runs the whole suite with `ds.compile`'s default backend set to
 "fused" (kernels built before the first call returns, one kernel cache for the session); tests
-that name a backend keep theirs."""
+that name a backend keep theirs. DYNASHAPE_TEST_TRITON=cpu runs every fused region of the suite
+as a Triton kernel (in Triton's interpreter where there is no GPU)."""
 import os
 
 import pytest
+import torch
 
 import dynashape as ds
 
+if "TRITON_INTERPRET" not in os.environ and not torch.cuda.is_available():
+    os.environ["TRITON_INTERPRET"] = "1"  # no GPU: the Triton kernels the suite builds run on CPU tensors
+
 TEST_BACKEND = os.environ.get("DYNASHAPE_TEST_BACKEND") or ds.config.backend
+TEST_TRITON = os.environ.get("DYNASHAPE_TEST_TRITON") or ds.config.triton
 
 
 def pytest_report_header(config):
@@ -25,7 +31,8 @@ def _kernel_dir(tmp_path_factory):
 @pytest.fixture(autouse=True)
 def _isolated_pgo_store(tmp_path_factory, _kernel_dir):
     with ds.config.patch(pgo_dir=str(tmp_path_factory.mktemp("pgo")), pgo_remote="", job_id="",
-                         backend=TEST_BACKEND, fused_sync=TEST_BACKEND == "fused", fused_cache_dir=_kernel_dir):
+                         backend=TEST_BACKEND, fused_sync=TEST_BACKEND == "fused", fused_cache_dir=_kernel_dir,
+                         triton=TEST_TRITON):
         yield
 
 

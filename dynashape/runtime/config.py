@@ -44,12 +44,22 @@ _DEFAULTS: dict[str, tuple[type, object]] = {
     # backward; off, such a region runs its torch calls (eager's graph, gradients and speed). Read when
     # kernels build
     "fused_autograd": (bool, True),
+    # backend="fused" on devices: "auto" runs each region on CUDA tensors as a Triton kernel when triton
+    # imports; "off" runs torch's calls there; "cpu" sends CPU tensors to Triton too (with TRITON_INTERPRET=1:
+    # how the suite runs every Triton kernel without a GPU). Read when kernels build
+    "triton": (str, "auto"),
+    # CUDA graphs of compiled entries on CUDA inputs: "off", "exact" (one graph per size), or "buckets"
+    # (dynamic sizes rounded up to a bucket where padding provably changes no real row)
+    "cudagraphs": (str, "off"),
+    "cudagraph_pool_mb": (int, 1024),  # captured graphs' memory; least recently used buckets are freed past it
 }
 _ENV = {"dynamic_sources": "DYNASHAPE_DYNAMIC_SOURCES", "unbacked_sources": "DYNASHAPE_UNBACKED_SOURCES",
         "job_id": "DYNASHAPE_JOB_ID", "pgo_remote": "DYNASHAPE_PGO_REMOTE", "pgo_dir": "DYNASHAPE_CACHE_DIR",
         "pgo_remote_timeout": "DYNASHAPE_PGO_REMOTE_TIMEOUT",
         "trace_dir": "DYNASHAPE_TRACE", "fused_cache_dir": "DYNASHAPE_FUSED_CACHE_DIR",
-        "backend": "DYNASHAPE_BACKEND", "fused_autograd": "DYNASHAPE_FUSED_AUTOGRAD"}
+        "backend": "DYNASHAPE_BACKEND", "fused_autograd": "DYNASHAPE_FUSED_AUTOGRAD",
+        "triton": "DYNASHAPE_TRITON", "cudagraphs": "DYNASHAPE_CUDAGRAPHS"}
+_CHOICES = {"triton": ("auto", "off", "cpu"), "cudagraphs": ("off", "exact", "buckets")}
 _WATCH = {"trace_dir": tracehook.set_directory}  # knobs that low layers read as a flag
 COLLECTIVES_ON = [False]  # enable_compiler_collectives, read on every compiled call
 
@@ -86,6 +96,8 @@ class Config:
             value = float(value)
         if typ is int and isinstance(value, bool) or not isinstance(value, typ):
             raise TypeError(f"config.{name} takes a {typ.__name__}, got {type(value).__name__} {value!r}")
+        if name in _CHOICES and value not in _CHOICES[name]:
+            raise ValueError(f"config.{name} takes one of {', '.join(map(repr, _CHOICES[name]))}, got {value!r}")
         self._values[name] = value
         if name in _WATCH:
             _WATCH[name](value)

@@ -26,17 +26,22 @@ def main(argv=None) -> int:
     ap.add_argument("--backend", choices=("eager", "fused"), default=os.environ.get("FUZZ_BACKEND") or None,
                     help="compile every program with this backend (fused: kernels built before each call "
                          "returns); default: every third program fused, the others eager")
+    ap.add_argument("--device", choices=("cpu", "cuda", "interpret"), default=os.environ.get("FUZZ_DEVICE") or "cpu",
+                    help="cuda: inputs on the GPU (the fused backend's Triton kernels); interpret: every fused "
+                         "region as a Triton kernel run by Triton's interpreter on CPU tensors (implies --backend fused)")
     ap.add_argument("--reduce", metavar="SCRIPT", nargs="+",
                     help="re-run and shrink failing scripts written earlier (to SCRIPT.reduced.py)")
     args = ap.parse_args(argv)
     if args.reduce:
         return _reduce_scripts(args.reduce, args.reduce_seconds)
+    if args.device != "cpu":
+        args.backend = use_device(args.device)
     seed = args.seed if args.seed is not None else random.SystemRandom().getrandbits(32)
     seconds = args.minutes * 60
     out = os.path.join(args.out, f"seed-{seed}" + ("-train" if args.mode == "train" else ""))
     backends = (args.backend,) if args.backend else MIXED
     split = args.backend or f"{MIXED.count('eager')} eager : {MIXED.count('fused')} fused"
-    print(f"fuzz: seed {seed}, {args.minutes:g} min, mode {args.mode}, backend {split}, "
+    print(f"fuzz: seed {seed}, {args.minutes:g} min, mode {args.mode}, backend {split}, device {args.device}, "
           f"failing programs go to {out}/", flush=True)
     rep = fuzz(seed, seconds, out_dir=out, reduce_s=args.reduce_seconds, reserve_s=min(120.0, seconds * 0.1),
                exclude=args.exclude, log=lambda m: print(m, flush=True), mode=args.mode, backends=backends,
@@ -49,11 +54,29 @@ def main(argv=None) -> int:
         from dynashape.backends.fused.build import failure_messages
         print(f"fused kernels ({rep.backends.get('fused', 0)} programs): "
               + ", ".join(f"{k} {v}" for k, v in counters.items()))
+        if args.device != "cpu":
+            from dynashape.backends.fused import triton_run
+            print("triton kernels: " + ", ".join(f"{k} {v}" for k, v in triton_run.counters.items()))
         for m in failure_messages:  # a region the backend could not lower or build: a gap to fix
             print(f"  fused build failure: {m[:3000]}")
         if counters["failures"]:
             return 1
     return 1 if rep.failures else 0
+
+
+def use_device(device: str) -> str:
+    """Set the run up for `device` ("cuda" or "interpret"); the backend every program compiles with."""
+    import dynashape as ds
+    from .phases import DEVICE
+    if device == "interpret":  # before triton is imported: its jit reads the variable
+        os.environ["TRITON_INTERPRET"] = "1"
+        ds.config.triton = "cpu"
+    else:
+        import torch
+        if not torch.cuda.is_available():
+            raise SystemExit("fuzz: --device cuda needs a CUDA device; use --device interpret for Triton on the CPU")
+        DEVICE[0] = "cuda"
+    return "fused"
 
 
 def _reduce_scripts(paths, seconds) -> int:

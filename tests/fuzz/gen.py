@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
+from .phases import DEVICE
+
 SIZES = [0, 1, 2, 2, 3, 3, 4, 5, 5, 6, 7, 8, 11, 13, 16, 17]  # sizes for calls: 0, 1, 2, primes
 REF_SIZES = [2, 3, 4, 5, 6, 7, 8]  # reference sizes the generator validates statements on
 FLOATS = [0.0, -0.0, 0.5, 1.5, -2.0, 3.0, math.inf, -math.inf, math.nan]  # the float argument's values
@@ -83,9 +85,9 @@ def make_inputs(inputs, call: Call) -> list:
     for i in inputs:
         shape = [call.dims[d] if isinstance(d, str) else d for d in i.dims]
         if i.kind == "float":
-            out.append(torch.randn(shape, generator=g))
+            out.append(torch.randn(shape, generator=g).to(DEVICE[0]))
         elif i.kind == "mask":
-            out.append(torch.rand(shape, generator=g) > 0.5)
+            out.append((torch.rand(shape, generator=g) > 0.5).to(DEVICE[0]))
         elif i.kind == "scalar":
             out.append(call.a)
         else:

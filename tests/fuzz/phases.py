@@ -19,6 +19,8 @@ import torch
 
 from .oracle import find_leak  # (pasted scripts have it above)
 
+DEVICE = ["cpu"]  # where inputs live (`--device cuda`); data is drawn on the CPU, so every device sees the same
+
 PHASES = {  # name: (weight in the fuzzer's mix, what the call site does)
     "plain": (3.0, "grad on: out = f(*args); loss(out).backward()"),
     "no_grad": (1.5, "out = f(*args) under torch.no_grad(); backward only where the loss requires grad"),
@@ -43,10 +45,10 @@ def make_leaves(inputs, call, dtype=torch.float32):
     for _, kind, shape, grad in inputs:
         shape = [dims[d] if isinstance(d, str) else d for d in shape]
         if kind == "float":
-            t = torch.randn(shape, generator=g, dtype=torch.float32).to(dtype)
+            t = torch.randn(shape, generator=g, dtype=torch.float32).to(DEVICE[0], dtype)
             out.append(t.requires_grad_() if grad else t)
         elif kind == "mask":
-            out.append(torch.rand(shape, generator=g, dtype=torch.float32) > 0.5)
+            out.append((torch.rand(shape, generator=g, dtype=torch.float32) > 0.5).to(DEVICE[0]))
         elif kind == "scalar":
             out.append(float(a))
         else:

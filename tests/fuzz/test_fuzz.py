@@ -24,6 +24,7 @@ from tests.fuzz.run import check_program, difference, load, random_calls
 from tests.fuzz.train import check_train_program
 
 BUDGET = float(os.environ.get("DYNASHAPE_FUZZ_SECONDS", "60"))
+TRITON_BUDGET = float(os.environ.get("DYNASHAPE_FUZZ_TRITON_SECONDS", "20"))
 TRAIN_BUDGET = float(os.environ.get("DYNASHAPE_FUZZ_TRAIN_SECONDS", "30"))
 SEED = 20261123
 TRAIN_SEED = 20261124
@@ -57,6 +58,26 @@ def test_random_training_programs_compiled_under_every_mode_match_eager_outputs_
                             for f, _ in rep.distinct.values())
         pytest.fail(f"{rep.summary()}\n\nreduced failing programs (reproduce with `make fuzz FUZZ_MODE=train "
                     f"FUZZ_SEED={TRAIN_SEED}`, scripts in fuzz-failures/):\n\n{shown}", pytrace=False)
+    assert build.counters["failures"] == failed_builds, "the fused backend failed to build a region (its warning says why)"
+
+
+@pytest.mark.skipif(TRITON_BUDGET <= 0, reason="DYNASHAPE_FUZZ_TRITON_SECONDS=0")
+def test_random_programs_on_triton_kernels_in_the_interpreter_match_eager():
+    pytest.importorskip("triton", reason="triton is not installed (pip install -e '.[gpu]'): Triton kernels go unfuzzed")
+    import dynashape as ds
+    from dynashape.backends.fused import build, triton_run
+    if os.environ.get("TRITON_INTERPRET") != "1":
+        pytest.skip("TRITON_INTERPRET is not 1 (a GPU is present): run `make fuzz FUZZ_DEVICE=cuda` there")
+    failed_builds, launches = build.counters["failures"], triton_run.counters["launches"]
+    with ds.config.patch(triton="cpu"):
+        rep = fuzz(SEED + 2, TRITON_BUDGET, reduce_s=4.0, max_reduce=4, reserve_s=min(5.0, TRITON_BUDGET / 4),
+                   log=lambda m: None, backends=("fused",))
+    assert rep.programs > 0 and triton_run.counters["launches"] > launches
+    if rep.failures:
+        shown = "\n\n".join(f"# {f.headline()}\n{f.program.source()}# calls (sizes, n): {_calls(f)}"
+                            for f, _ in rep.distinct.values())
+        pytest.fail(f"{rep.summary()}\n\nreduced failing programs (reproduce with `make fuzz FUZZ_DEVICE=interpret "
+                    f"FUZZ_SEED={SEED + 2}`):\n\n{shown}", pytrace=False)
     assert build.counters["failures"] == failed_builds, "the fused backend failed to build a region (its warning says why)"
 
 

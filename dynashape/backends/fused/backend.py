@@ -29,7 +29,9 @@ from ...runtime.registry import register_backend
 from ...symbolic.printer import pyexpr
 from . import build
 from . import autodiff, ops
+from . import triton_run
 from .cppgen import CppGen
+from .tritongen import NoTriton, TritonGen
 from .lower import Lowerer, Region, Unfusable
 from .schedule import schedule
 
@@ -214,6 +216,9 @@ class RegionRuntime:
             log.debug("region %s keeps its torch calls under autograd: it returns a value its members read", self.name)
             self.backward = None
         self._backward_fn = None
+        self._lowered = (lw.ir, outs)  # for the Triton kernel, printed at the first device call
+        self._device_fn = None
+        self.tkernel = None
         self.internal = frozenset()  # inputs no user can reach or change (plan() says which)
         self.graph_mutates = True  # whether the graph may change a region input in place (plan() says)
 
@@ -235,11 +240,47 @@ class RegionRuntime:
         return self.wrapper(*args, _save=_save)
 
     def compile(self) -> None:
+        if config.triton == "cpu":  # every kernel through Triton (the interpreter on CPU tensors): no C++
+            self.kernel = None
+            self.wrapper = self._device_fn = self._make_device_fn()
+            return
         n_ptr = self.spec.n_in + self.spec.n_out
         n_int = len(self.spec.symbols) + sum(self.spec.stride_dims)
         floats = tuple(i for i, s in enumerate(self.spec.symbols) if not s.is_integer)  # zf0: passed as a double
         self.kernel = build.load(self.spec.source, n_ptr, n_int, floats)
         self.wrapper = self._wrapper()
+
+    def on_device(self, *args, _save=None):
+        """The region on tensors the C++ kernel cannot read: its Triton kernel where inputs are on one
+        CUDA device (or on the CPU with config.triton == "cpu"), else its torch calls."""
+        fn = self._device_fn
+        if fn is None:
+            fn = self._device_fn = self._make_device_fn()
+        return fn(*args, _save=_save)
+
+    def _make_device_fn(self):
+        if config.triton == "off" or not triton_run.available():
+            return self._torch_with_save
+        try:
+            self.tkernel = triton_run.TritonKernel(TritonGen(self.region, *self._lowered).generate())
+        except NoTriton as e:
+            log.debug("region %s runs torch calls on devices: %s", self.name, e)
+            return self._torch_with_save
+        except Exception as e:  # noqa: BLE001 - a gap in the Triton printer: this region runs torch calls there
+            _failed(f"triton:{type(e).__name__}:{str(e)[:60]}",
+                    f"dynashape: fused backend runs a region as torch calls on devices ({type(e).__name__}: {e})")
+            return self._torch_with_save
+        return self._wrapper(device=True)
+
+    @property
+    def _torch_with_save(self):
+        """The torch calls as a wrapper (named as the region's kernel wrapper: trace-tree paths compare names)."""
+        calls = self.torch_calls
+
+        def run(*args, _save=None):
+            return calls(*args)
+        run.__name__ = run.__qualname__ = run._codegen_name = self.name
+        return run
 
     def where(self) -> str:
         """The user's line of the region's first call ('model.py:12 ...'), for messages."""
@@ -250,7 +291,9 @@ class RegionRuntime:
     def name(self) -> str:
         return "fused_" + "_".join(o.name for o in self.region.outputs[:2])
 
-    def _wrapper(self):
+    def _wrapper(self, device: bool = False):
+        """The function the rewritten graph calls: the C++ kernel on CPU tensors (on others it hands over
+        to on_device), or with `device`, the Triton kernel on tensors of one CUDA device."""
         r = self.region
         ins = [f"a{i}" for i in range(len(r.inputs))]
         syms = [s.name for s in self.symbols]
@@ -258,9 +301,16 @@ class RegionRuntime:
         grad_ins = [a for a, t in zip(ins, r.inputs) if t.meta.dtype.is_floating_point]
         lines = [f"def {self.name}({params}, _save=None):"]
         torch_calls = f"return _rt.torch_calls({params})"
-        # the kernels read host memory: anything else (a tensor moved to a device) runs as torch calls
-        lines.append(f"    if not ({' and '.join(f'{a}.is_cpu' for a in ins)}):")
-        lines.append(f"        {torch_calls}")
+        if not device:  # the kernel reads host memory: anything else goes to Triton or torch's calls
+            lines.append(f"    if not ({' and '.join(f'{a}.is_cpu' for a in ins)}):")
+            lines.append(f"        return _rt.on_device({params}, _save=_save)")
+        elif config.triton == "cpu":
+            lines.append(f"    if not ({' and '.join(f'{a}.is_cpu' for a in ins)}):")
+            lines.append(f"        {torch_calls}")
+        else:  # one CUDA device, as the kernel's pointers must be
+            same = " and ".join([f"{ins[0]}.is_cuda"] + [f"{a}.device == {ins[0]}.device" for a in ins[1:]])
+            lines.append(f"    if not ({same}):")
+            lines.append(f"        {torch_calls}")
         if self.layout_matters:  # a non-contiguous input: eager's outputs may be too, and a later view raise
             lines.append(f"    if not ({' and '.join(f'{a}.is_contiguous()' for a in ins)}):")
             lines.append(f"        {torch_calls}")
@@ -282,14 +332,16 @@ class RegionRuntime:
                 lines.append(f"        {torch_calls}")
         outs = []
         epilogue = []
-        lines.append("    _nt = _nthreads()")
+        # on a device: column sums go to one row of float64 atomics; new tensors on the inputs' device
+        lines.append("    _nt = 1" if device else "    _nt = _nthreads()")
+        on = f", device={ins[0]}.device" if device else ""
         for j, o in enumerate(r.outputs):
             dims = list(o.meta.shape)
             kind = ops.col_reduce(o)
             if kind:  # per thread, its columns' partial sums (or its one sum), in double; added up after
                 cols = (pyexpr(r.domain[-1]) if not isinstance(r.domain[-1], int) else str(r.domain[-1])) \
                     if kind == "col" else "1"
-                lines.append(f"    out{j} = _zeros((_nt, {cols}), dtype=torch.float64)")
+                lines.append(f"    out{j} = _zeros((_nt, {cols}), dtype=torch.float64{on})")
                 outs.append(f"out{j}")
                 total = f"out{j}.sum(0)" if kind == "col" else f"out{j}.sum()"
                 counted = r.domain[:-1] if kind == "col" else r.domain
@@ -312,15 +364,19 @@ class RegionRuntime:
                 epilogue.append(f"        {torch_calls}")
             shape = ", ".join(pyexpr(s) if not isinstance(s, int) else str(s) for s in dims)
             shape = f"({shape},)" if len(dims) == 1 else f"({shape})"
-            lines.append(f"    out{j} = _empty({shape}, dtype={o.meta.dtype})")
+            lines.append(f"    out{j} = _empty({shape}, dtype={o.meta.dtype}{on})")
             outs.append(f"out{j}")
         aux = [f"lse{j}" for j, o in enumerate(r.outputs) if autodiff.saves_lse(r, o)]
         for j, a in enumerate(aux):
             lines.append(f"    {a} = _empty(({pyexpr(r.domain[0]) if not isinstance(r.domain[0], int) else r.domain[0]},), "
-                         f"dtype={r.outputs[int(a[3:])].meta.dtype})")
-        ptrs = [f"{a}.data_ptr()" for a in ins] + [f"{o}.data_ptr()" for o in outs + aux]
-        ints = [s.name for s in self.spec.symbols] + [f"*{a}.stride()" for a in ins]
-        lines.append(f"    _kernel({', '.join(ptrs + ints + ['_nt'])})")
+                         f"dtype={r.outputs[int(a[3:])].meta.dtype}{on})")
+        if device:  # Triton takes the tensors
+            ints = [s.name for s in self.tkernel.spec.symbols] + [f"*{a}.stride()" for a in ins]
+            lines.append(f"    _kernel({', '.join(ins + outs + aux + ints)})")
+        else:
+            ptrs = [f"{a}.data_ptr()" for a in ins] + [f"{o}.data_ptr()" for o in outs + aux]
+            ints = [s.name for s in self.spec.symbols] + [f"*{a}.stride()" for a in ins]
+            lines.append(f"    _kernel({', '.join(ptrs + ints + ['_nt'])})")
         lines += epilogue
         if aux:
             lines.append("    if _save is not None:")
@@ -329,9 +385,10 @@ class RegionRuntime:
         if len(outs) > 1:
             lines[-1] = f"    return ({', '.join(outs)})"
         src = "\n".join(lines) + "\n"
-        ns = {"torch": torch, "_empty": torch.empty, "_zeros": torch.zeros, "_fresh": _fresh, "_kernel": self.kernel, "_nthreads": torch.get_num_threads,
+        ns = {"torch": torch, "_empty": torch.empty, "_zeros": torch.zeros, "_fresh": _fresh,
+              "_kernel": self.tkernel if device else self.kernel, "_nthreads": torch.get_num_threads,
               "_grad_on": torch.is_grad_enabled, "_rt": self, "_apply": autodiff.FusedRegion.apply}
-        exec_source(src, "fused-region", ns)
+        exec_source(src, "fused-region-triton" if device else "fused-region", ns)
         fn = ns[self.name]
         fn.source = src
         fn._codegen_name = self.name

@@ -22,4 +22,6 @@ def _fused_backend(monkeypatch):
 def test_zz_the_suite_ran_kernels():
     """Kernels were loaded while running the suite above (not only eager fallbacks)."""
     assert fused.counters["failures"] == 0
-    assert fused.counters["compiles"] + fused.counters["disk_hits"] + fused.counters["memory_hits"] > 0
+    from dynashape.backends.fused import triton_run  # DYNASHAPE_TEST_TRITON=cpu: Triton kernels instead of C++
+    assert fused.counters["compiles"] + fused.counters["disk_hits"] + fused.counters["memory_hits"] \
+        + triton_run.counters["launches"] > 0

@@ -1,0 +1,196 @@
+"""Loading and launching the Triton kernels of `tritongen`, with block sizes tuned per size bucket.
+
+A kernel's module is written next to the C++ libraries (`build.cache_dir()/triton/t<hash>.py`,
+named by a hash of its source and Triton's version) and imported from there, so tracebacks show
+its lines. Block sizes are chosen per bucket (rows and row length rounded up to powers of two):
+on a GPU by timing a few candidates once, on scratch outputs; the choice is kept in
+`triton-tune.json` beside the kernels, so a second process tunes nothing (`counters['tunes']`
+counts tuning runs in this process). Under Triton's interpreter nothing is timed: the first
+candidate, the heuristic one, is used.
+"""
+from __future__ import annotations
+
+import functools
+import hashlib
+import importlib.util
+import json
+import os
+import tempfile
+import threading
+
+import torch
+
+from ...symbolic.printer import pyexpr
+from . import build
+from .tritongen import TritonSpec
+
+counters = {"tunes": 0, "tune_hits": 0, "modules": 0, "launches": 0}
+_lock = threading.Lock()
+_modules: dict = {}
+_choices: dict | None = None  # bucket key -> [XBLOCK, RBLOCK, num_warps]
+
+
+@functools.lru_cache(maxsize=None)
+def available() -> bool:
+    """Whether triton imports (the `gpu` extra)."""
+    try:
+        import triton  # noqa: F401
+        import triton.language  # noqa: F401
+    except Exception:  # noqa: BLE001 - a broken install is as good as none
+        return False
+    return True
+
+
+def interpreted() -> bool:
+    return os.environ.get("TRITON_INTERPRET", "0") == "1"
+
+
+def _dir() -> str:
+    d = os.path.join(build.cache_dir(), "triton")
+    os.makedirs(d, exist_ok=True)
+    return d
+
+
+def _module(source: str):
+    import triton
+    key = hashlib.sha256(f"{source}\0{triton.__version__}\0{interpreted()}".encode()).hexdigest()[:24]
+    with _lock:
+        mod = _modules.get(key)
+        if mod is not None:
+            return mod
+        path = os.path.join(_dir(), f"t{key}.py")
+        if not os.path.exists(path):
+            fd, tmp = tempfile.mkstemp(suffix=".py.tmp", dir=os.path.dirname(path))
+            with os.fdopen(fd, "w") as f:
+                f.write(source)
+            os.replace(tmp, path)
+        spec = importlib.util.spec_from_file_location(f"dynashape_triton_t{key}", path)
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        _modules[key] = mod
+        counters["modules"] += 1
+        return mod
+
+
+# ---------------------------------------------------------------------------------- tuning
+def _pow2(n: int, cap: int) -> int:
+    p = 1
+    while p < n and p < cap:
+        p *= 2
+    return p
+
+
+def candidates(flat: bool, n_outer: int, n_inner: int) -> list[tuple[int, int, int]]:
+    """(XBLOCK, RBLOCK, num_warps) to try, the heuristic choice first."""
+    if flat:
+        return [(1024, 1, 4), (512, 1, 4), (2048, 1, 8), (256, 1, 2)]
+    out = []
+    for rcap in (1024, 2048, 4096, 256):
+        r = _pow2(n_inner, rcap)
+        x = max(1, min(_pow2(n_outer, 64), 4096 // r))
+        for cfg in ((x, r, 4 if x * r <= 2048 else 8), (max(1, x // 4), r, 4)):
+            if cfg not in out:
+                out.append(cfg)
+    return out
+
+
+def _store_path() -> str:
+    return os.path.join(build.cache_dir(), "triton-tune.json")
+
+
+def _load_choices() -> dict:
+    global _choices
+    if _choices is None:
+        try:
+            with open(_store_path()) as f:
+                _choices = json.load(f)
+        except (OSError, ValueError):
+            _choices = {}
+    return _choices
+
+
+def _save_choice(key: str, cfg) -> None:
+    path = _store_path()
+    try:
+        with open(path) as f:
+            on_disk = json.load(f)
+    except (OSError, ValueError):
+        on_disk = {}
+    on_disk[key] = list(cfg)
+    fd, tmp = tempfile.mkstemp(suffix=".json.tmp", dir=os.path.dirname(path))
+    with os.fdopen(fd, "w") as f:
+        json.dump(on_disk, f, indent=0, sort_keys=True)
+    os.replace(tmp, path)  # readers see the old file or the new one
+
+
+def choose(kernel_key: str, spec: TritonSpec, n_outer: int, n_inner: int, device: str, bench=None):
+    """The block sizes for this bucket: from memory, from disk, or timed now with `bench(cfg)` (ms)."""
+    bucket = f"{kernel_key}|{_pow2(n_outer, 1 << 20)}x{_pow2(n_inner, 1 << 16)}|{device}"
+    with _lock:
+        got = _load_choices().get(bucket)
+    if got is not None:
+        counters["tune_hits"] += 1
+        return tuple(got)
+    cands = candidates(spec.flat, n_outer, n_inner)
+    if bench is None:
+        return cands[0]
+    counters["tunes"] += 1
+    times = []
+    for cfg in cands:
+        try:
+            times.append((bench(cfg), cfg))
+        except Exception:  # noqa: BLE001 - a configuration that does not compile (too many registers) is skipped
+            continue
+    best = min(times)[1] if times else cands[0]
+    with _lock:
+        _load_choices()[bucket] = list(best)
+        _save_choice(bucket, best)
+    return best
+
+
+# ---------------------------------------------------------------------------------- launching
+class TritonKernel:
+    """The launcher a region's device wrapper calls: kernel(ins..., outs..., symbols..., strides...)."""
+
+    def __init__(self, spec: TritonSpec):
+        self.spec = spec
+        self.key = hashlib.sha256(spec.source.encode()).hexdigest()[:24]
+        self.kernel = _module(spec.source).kernel
+        names = [s.name for s in spec.symbols]
+        self._sizes = eval(f"lambda {', '.join(names) or '*_'}: ({pyexpr(spec.n_outer)}, {pyexpr(spec.n_inner)})")  # noqa: S307
+        self._tuned: dict = {}
+
+    def __call__(self, *args):
+        spec = self.spec
+        n_t = spec.n_in + spec.n_out
+        n_outer, n_inner = self._sizes(*args[n_t:n_t + len(spec.symbols)])
+        n_outer, n_inner = int(n_outer), int(n_inner)
+        dev = args[0].device
+        bucket = (_pow2(n_outer, 1 << 20), _pow2(n_inner, 1 << 16), str(dev))
+        cfg = self._tuned.get(bucket)
+        if cfg is None:
+            bench = None if (interpreted() or dev.type != "cuda") else functools.partial(self._time, args, n_outer, n_inner)
+            cfg = self._tuned[bucket] = choose(self.key, spec, n_outer, n_inner, _device_name(dev), bench)
+        counters["launches"] += 1
+        self._launch(args, cfg, n_outer, n_inner)
+
+    def _launch(self, args, cfg, n_outer: int, n_inner: int) -> None:
+        x, r, warps = cfg
+        rows = n_outer * n_inner if self.spec.flat else n_outer
+        grid = ((rows + x - 1) // x,)
+        self.kernel[grid](*args, XBLOCK=x, RBLOCK=r, num_warps=warps)
+
+    def _time(self, args, n_outer: int, n_inner: int, cfg) -> float:
+        import triton.testing
+        spec = self.spec
+        outs = list(args[spec.n_in:spec.n_in + spec.n_out])
+        scratch = [torch.zeros_like(o) for o in outs]  # column sums add into theirs: never the real outputs
+        trial = list(args[:spec.n_in]) + scratch + list(args[spec.n_in + spec.n_out:])
+        return triton.testing.do_bench(lambda: self._launch(trial, cfg, n_outer, n_inner), warmup=5, rep=20)
+
+
+@functools.lru_cache(maxsize=None)
+def _device_name(dev) -> str:
+    if dev.type == "cuda":
+        return torch.cuda.get_device_name(dev).replace("|", " ")
+    return "cpu-interpreter"

@@ -1,0 +1,196 @@
+"""The Triton lowering (tritongen, triton_run): every region as a Triton kernel, run here by Triton's
+interpreter on CPU tensors (TRITON_INTERPRET=1, set by tests/conftest.py where there is no GPU,
+with ds.config.triton = "cpu"), against eager over many shapes. Skipped only without triton."""
+import os
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import dynashape as ds
+
+pytest.importorskip("triton", reason="triton is not installed (pip install -e '.[gpu]'): the Triton kernels go untested")
+
+import triton  # noqa: E402
+import triton.language as tl  # noqa: E402
+
+from dynashape.backends.fused import tmath as TM  # noqa: E402
+from dynashape.backends.fused import triton_run  # noqa: E402
+from dynashape.backends.fused.tritongen import NoTriton, texpr  # noqa: E402
+from .oracle import check_fused  # noqa: E402
+
+pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")  # numpy under the interpreter: log(0) in masked lanes
+
+
+@pytest.fixture(autouse=True)
+def _triton_on_cpu():
+    if not torch.cuda.is_available():
+        assert os.environ.get("TRITON_INTERPRET") == "1", "tests/conftest.py sets it before triton is imported"
+    with ds.config.patch(triton="cpu", fused_sync=True):
+        yield
+
+
+def launched(fn, cases, **kw):
+    """check_fused, asserting the regions really ran as Triton kernels (one launch a region a call at least)."""
+    before = triton_run.counters["launches"]
+    cf = check_fused(fn, cases, **kw)
+    assert triton_run.counters["launches"] - before >= len(cases), "no Triton kernel ran"
+    return cf
+
+
+def rows(*shapes, dtype=torch.float32):
+    return [tuple(torch.randn(s, dtype=dtype) if isinstance(s, tuple) else s for s in case) for case in shapes]
+
+
+def test_a_pointwise_chain_with_broadcasting_matches_eager_on_every_size():
+    def f(x, w, b):
+        return torch.sigmoid(F.silu(x * w + b) - 0.5).clamp_min(0.1) * x.abs().sqrt()
+    launched(f, rows(((3, 7), (7,), (1, 7)), ((2, 7), (7,), (1, 7)), ((130, 7), (7,), (1, 7)), ((5, 7), (7,), (1, 7))))
+
+
+def test_non_contiguous_and_expanded_inputs_are_read_through_their_strides():
+    def f(x, y):
+        return (x.t() * 2 + y) .exp() - 1
+    cases = [(torch.randn(6, n), torch.randn(n, 1).expand(n, 6)) for n in (3, 5, 40)]
+    launched(f, cases)
+
+
+def test_row_reductions_and_composites_match_eager():
+    def f(x, w, b):
+        h = F.layer_norm(x * 2, x.shape[-1:], w, b)
+        return (h.softmax(-1), (x + 1).log_softmax(-1), (x * 3).logsumexp(-1), (x - 1).var(-1), (x + 2).std(-1),
+                (x * x).amax(-1), (x - 3).amin(-1), F.rms_norm(x * 2, x.shape[-1:], w))
+    launched(f, [(torch.randn(n, d), torch.randn(d), torch.randn(d)) for n, d in ((3, 5), (7, 33), (2, 1100))])
+
+
+def test_a_row_longer_than_a_block_is_reduced_in_several_passes():
+    def f(x):
+        return torch.softmax(x * 0.5, -1)
+    launched(f, [(torch.randn(3, n),) for n in (4097, 5000, 9)])
+
+
+def test_column_sums_and_a_total_mean_match_eager():
+    def f(x):
+        return (x * 2).sum(0), (x + 1).mean(), (x.relu() * 3).sum((0, 1))
+    launched(f, [(torch.randn(n, 4, 9),) for n in (3, 5, 17)])
+
+
+def test_nan_in_a_row_shows_in_its_max_as_in_eager():
+    def f(x):
+        return (x + 1).amax(-1), (x * 2).amin(-1)
+    x = torch.randn(4, 9)
+    x[1, 3] = float("nan")
+    launched(f, [(x,), (torch.randn(5, 9),)], equal_nan=True)
+
+
+def test_cross_entropy_with_ignored_targets_matches_eager_and_an_out_of_range_target_raises_as_eager():
+    def f(x, t):
+        return F.cross_entropy(x * 2, t, ignore_index=1)
+    cases = [(torch.randn(n, 50), torch.randint(0, 50, (n,))) for n in (3, 8, 40)]
+    cf = launched(f, cases)
+    with pytest.raises(IndexError):
+        f(torch.randn(4, 50), torch.tensor([0, 2, 60, 3]))
+    with pytest.raises(IndexError):
+        cf(torch.randn(4, 50), torch.tensor([0, 2, 60, 3]))
+
+
+def test_half_inputs_int_and_bool_values_keep_eager_dtypes():
+    def f(x, y):
+        return (x * 2).half() + 1, (x > 0).any(-1), (x.long() * 3).amax(-1), (x * 2).bfloat16() * 3, y * y + 1
+    launched(f, [(torch.randn(n, 6) * 3, torch.randn(n, 6).half()) for n in (3, 5, 17)])
+
+
+def test_casts_to_half_types_round_to_nearest_even_as_torch():
+    def f(x):  # the interpreter's own bfloat16 conversion truncates: half the values were an ulp off
+        return (x * 2).bfloat16(), (x * 3).half(), (x + 1).bfloat16().float() * 2
+    launched(f, [(torch.randn(n, 64) * 30,) for n in (3, 5, 17)], rtol=0, atol=0)
+
+
+def test_math_functions_without_libdevice_in_the_interpreter_match_eager():
+    def f(x):
+        a = x.abs()
+        return (torch.log1p(a) * 2, torch.expm1(x * 0.5) * 2, torch.tanh(x) * 3, torch.tan(x * 0.3) + 1,
+                torch.trunc(x * 3) + 1, (a + 0.5).pow(1.7) * 2, x.pow(3) * 2, F.gelu(x, approximate="tanh") * 2,
+                F.softplus(x) * 2, F.elu(x) + 1, F.mish(x) * 2, torch.erf(x) + 1)
+    x = torch.cat([torch.randn(40), torch.tensor([0.0, -0.0, 1e-8, -1e-8, 30.0, -30.0, 100.0])])
+    launched(f, [(x.reshape(1, -1),), (torch.randn(3, 7),)], compiles=2)
+
+
+def test_training_through_triton_kernels_gives_eagers_gradients():
+    def f(x, w, b):
+        h = F.layer_norm(x * w, x.shape[-1:]) + b
+        return (torch.tanh(h) * x).sum(-1).mean()
+    cases = [tuple(torch.randn(*s, requires_grad=True) for s in ((n, 4, 8), (8,), (8,))) for n in (2, 3, 9)]
+    launched(f, cases, grad=True)
+
+
+def test_a_region_with_a_float_symbol_runs_torch_calls_on_devices():
+    def f(x, a):
+        return (x * a + 1).relu()
+    with ds.config.patch(specialize_float=False):
+        check_fused(f, [(torch.randn(3, 4), 0.5), (torch.randn(5, 4), 1.5), (torch.randn(2, 4), 2.5)], compiles=None)
+
+
+def test_index_arithmetic_prints_floor_division_for_non_negative_values_only():
+    import sympy
+    from dynashape.symbolic.functions import FloorDiv, Mod
+    i = sympy.Symbol("i0", integer=True, nonnegative=True)
+    s = sympy.Symbol("s0", integer=True, positive=True)
+    n = sympy.Symbol("n", integer=True)
+    assert texpr(FloorDiv(i, s)) == "(i0 // s0)"
+    assert texpr(Mod(n, s)) == "TM.mod(n, s0)"
+    with pytest.raises(NoTriton):
+        texpr(sympy.Rational(1, 2) * i)
+
+
+def test_floordiv_and_mod_helpers_are_pythons_on_negative_values():
+    @triton.jit
+    def k(a_ptr, b_ptr, q_ptr, r_ptr, N: tl.constexpr):
+        i = tl.arange(0, N)
+        a, b = tl.load(a_ptr + i), tl.load(b_ptr + i)
+        tl.store(q_ptr + i, TM.floordiv(a, b))
+        tl.store(r_ptr + i, TM.mod(a, b))
+    a = torch.tensor([-7, 7, -7, 7, 0, -6, 5, 9], dtype=torch.int64)
+    b = torch.tensor([2, -2, -2, 2, 3, 3, 0, 4], dtype=torch.int64)
+    q, r = torch.empty_like(a), torch.empty_like(a)
+    k[(1,)](a, b, q, r, N=8)
+    want_q = [x // y if y else 0 for x, y in zip(a.tolist(), b.tolist())]
+    want_r = [x % y if y else 0 for x, y in zip(a.tolist(), b.tolist())]
+    assert q.tolist() == want_q and r.tolist() == want_r
+
+
+def test_block_sizes_are_tuned_once_per_bucket_and_a_second_process_reads_them_from_disk(tmp_path, monkeypatch):
+    from dynashape.backends.fused.tritongen import TritonSpec
+    monkeypatch.setattr(triton_run, "_choices", None)
+    spec = TritonSpec("", False, 1, 1, [], [1])
+    timed = []
+
+    def bench(cfg):
+        timed.append(cfg)
+        return 1.0 if cfg[1] != 2048 else 0.5
+    with ds.config.patch(fused_cache_dir=str(tmp_path)):
+        tunes = triton_run.counters["tunes"]
+        got = triton_run.choose("k1", spec, 100, 1500, "gpu0", bench)
+        assert got[1] == 2048 and triton_run.counters["tunes"] == tunes + 1 and timed
+        # the same bucket (100 -> 128 rows, 1500 -> 2048 long) again: no timing
+        assert triton_run.choose("k1", spec, 120, 1800, "gpu0", bench) == got and len(timed) == len(set(timed))
+        monkeypatch.setattr(triton_run, "_choices", None)  # a new process: nothing in memory
+        n = len(timed)
+        assert triton_run.choose("k1", spec, 100, 1500, "gpu0", bench) == got
+        assert len(timed) == n and triton_run.counters["tunes"] == tunes + 1
+        assert (tmp_path / "triton-tune.json").exists()
+
+
+def test_triton_off_and_auto_keep_cpu_tensors_on_the_cpp_kernels():
+    from dynashape.backends.fused import counters
+    for mode in ("off", "auto"):
+        with ds.config.patch(triton=mode):
+            before = triton_run.counters["launches"]
+            check_fused(lambda x: (x * 2).relu() + 1, [(torch.randn(3, 4),), (torch.randn(5, 4),)])
+            assert triton_run.counters["launches"] == before
+    assert counters["failures"] == 0
+
+
+def test_config_triton_rejects_unknown_modes_by_name():
+    with pytest.raises(ValueError, match="config.triton takes one of 'auto', 'off', 'cpu'"):
+        ds.config.triton = "gpu"
