@@ -22,7 +22,7 @@ import torch
 from ...ir.codegen import _call, _Emitter, compile_graph, exec_source
 from ...ir.graph import Graph, SymExpr, _nodes_in, _sym_exprs_in, map_args
 from ...ir.printing import format_node
-from ...ir.tree import compile_tree
+from ...ir.tree import CannotMerge, compile_tree, is_data_guard
 from ...runtime.config import config
 from ...tracing.aliasing import is_inplace
 from ...runtime.registry import register_backend
@@ -528,7 +528,21 @@ def build_fused_tree(paths: list, side_exit, name: str = "forward"):
     built = {id(rt) for rt in ok}
     rewritten = [rewrite(g, [rt for rt in rts if id(getattr(rt, "rt", rt)) in built])
                  for g, rts in zip(paths, per_path)]
-    return compile_tree(rewritten, side_exit, name), ok
+    try:
+        return compile_tree(rewritten, side_exit, name), ok
+    except CannotMerge:
+        # paths that traced a shared statement with different symbols (y as f32[1, s1] on one path,
+        # f32[1, s2] on another) plan different regions there, whose calls no longer merge (inference
+        # fuzz seed 25112801): fuse only what follows each path's first data guard
+        rewritten = [rewrite(g, [rt for rt in rts if id(getattr(rt, "rt", rt)) in built
+                                 and _after_first_guard(g, rt.region)]) for g, rts in zip(paths, per_path)]
+        return compile_tree(rewritten, side_exit, name), ok
+
+
+def _after_first_guard(g: Graph, region: Region) -> bool:
+    first = next((i for i, n in enumerate(g.nodes) if is_data_guard(n)), len(g.nodes))
+    pos = {n: i for i, n in enumerate(g.nodes)}
+    return all(pos.get(n, -1) > first for n in region.nodes)
 
 
 def rewrite(g: Graph, rts: list) -> Graph:

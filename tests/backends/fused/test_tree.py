@@ -84,3 +84,23 @@ def test_the_eager_backend_still_replays_trees():
     for x, w in _cases(6):
         torch.testing.assert_close(cf(x, w), prefix_used_differently(x, w))
     assert cf.stats.paths == 2 and "_fused_" not in cf.entries[0].fn.source
+
+
+def test_paths_that_traced_an_input_with_different_symbols_still_fuse_after_their_branch():
+    """Inference fuzz seed 25112801: one path traced `y` as f32[1, s1], another as f32[1, s2], so the
+    region before the branch differed between them and the fused paths no longer merged (the whole
+    tree fell back to its eager code, a build failure). Now only the regions after each path's first
+    data guard fuse there."""
+    import warnings
+    from dynashape.backends.fused import build
+    from tests.fuzz.gen import generate
+    from tests.fuzz.run import check_program, random_calls
+    pseed = 252586855669371
+    prog = generate(pseed, None, data_branches=True)
+    assert "if int((x > 0).sum()) % 2 == 0:" in prog.source(), "the generator changed: find a new program"
+    before = build.counters["failures"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for k in (15, 18, 20, 24):
+            assert not check_program(prog, random_calls(pseed, prog, k), backend="fused")
+    assert build.counters["failures"] == before, build.failure_messages[-1:]
