@@ -44,7 +44,7 @@ from .pystate import PyState
 from ..tracing.pyenv import trace_environment
 from .policy import FrameState, make_policy
 from .dispatch import EntryCache
-from .registry import get_backend
+from .registry import ENTRY_WRAPPERS, get_backend
 from .speculation import SideExit, Tree
 from ..tracing.speculate import RealValues
 
@@ -362,7 +362,10 @@ class CompiledFunction:
         tracer.real = None  # the real values of this call's intermediates are not kept
         if tracer.data_guards:
             return self._add_path(merge_into, guard_set, graph, state, env, why_dynamic, tracer, L, args, kwargs)
-        fn = state.runner(self.backend(graph))
+        fn = self.backend(graph)
+        for wrap in ENTRY_WRAPPERS:  # CUDA graphs (backends/cudagraphs.py)
+            fn = wrap(fn, graph, guard_set, env)
+        fn = state.runner(fn)
         entry = Entry(guard_set, graph, fn, env, why_dynamic, self._call_shape(args, kwargs))
         if _th.on: _th.emit("compile_end", self, entry, tracer)  # noqa: E701
         self._cache.add(entry)

@@ -38,6 +38,9 @@ def explain(cf, print_report: bool = True) -> str:
             lines += [f"    {c}" for c in conds]
             if tree.closed:
                 lines.append(f"  no more paths: {tree.closed}")
+        graphs = getattr(getattr(e.fn, "graph_fn", None), "cuda_graphs_report", None)
+        if graphs is not None:  # ds.config.cudagraphs: which sizes are padded to buckets, which exact and why
+            lines += [f"  {ln}" for ln in graphs()]
         if e.graph is not None:
             lines.append("  graph:")
             lines += [f"    {ln}" for ln in str(e.graph).splitlines()]

@@ -20,6 +20,9 @@ def get_backend(backend):
         raise ValueError(f"unknown backend {backend!r}; available: {sorted(BACKENDS)}") from None
 
 
+ENTRY_WRAPPERS: list = []  # wrap(fn, graph, guard_set, env) -> fn, installed by layers above (CUDA graphs)
+
+
 class _Fleet:
     """What the fleet layer (dynashape/fleet/, above this one) does at a compile and a module
     compile; it installs its functions here when imported. The defaults do nothing."""

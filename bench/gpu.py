@@ -1,0 +1,220 @@
+"""The GPU: ours (fused regions as Triton kernels, CUDA graphs per size bucket) against eager and
+torch.compile(dynamic=True) with Inductor, default and mode="reduce-overhead".
+
+Runs only where `torch.cuda.is_available()`; elsewhere it prints why it skipped and exits 0.
+
+Steady state: the issue-12 workloads of bench/fused.py on the GPU (float32), plus a decode loop
+of a tiny and a 1B-class Llama (bfloat16, random weights from a config) with a KV cache growing
+one token a step; after warm-up, calls interleaved one by one in a rotating order, each timed
+with a synchronize, the median per call. Varying shapes: 60 calls with batch and sequence drawn
+at random, total wall time from a cold start, every compile (and Triton autotuning) included.
+
+Contestants: eager; torch.compile(dynamic=True) (Inductor); the same with mode="reduce-overhead"
+(CUDA graphs); ours backend="fused" (Triton); ours with ds.config.cudagraphs="buckets".
+
+    python bench/gpu.py [--budget 2] [--no-llama] [--no-sequences]
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import statistics
+import sys
+import time
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import dynashape as ds  # noqa: E402
+from bench.fused import workloads  # noqa: E402
+
+SEED = 0
+
+
+def _to(x, dev, dtype=None):
+    if isinstance(x, torch.Tensor):
+        return x.to(dev, dtype) if (dtype is not None and x.is_floating_point()) else x.to(dev)
+    return x
+
+
+def contestants(fn, inductor: bool) -> dict:
+    out = {"eager": fn}
+    if inductor:
+        torch._dynamo.reset()
+        out["inductor"] = torch.compile(fn, dynamic=True)
+        out["inductor reduce-overhead"] = torch.compile(fn, dynamic=True, mode="reduce-overhead")
+    out["ours"] = ds.compile(fn, dynamic=True, backend="fused")
+    graphs = ds.compile(fn, dynamic=True, backend="fused")
+    out["ours + buckets"] = lambda *a: _with_graphs(graphs, a)
+    return out
+
+
+def _with_graphs(cf, args):
+    with ds.config.patch(cudagraphs="buckets"):
+        return cf(*args)
+
+
+def timed(fn, args) -> float:
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    fn(*args)
+    torch.cuda.synchronize()
+    return time.perf_counter() - t0
+
+
+def steady(fns: dict, args, budget: float) -> dict:
+    for name, fn in fns.items():
+        for _ in range(3):  # compiles, autotuning, graph capture (a bucket is captured at its second call)
+            try:
+                fn(*args)
+            except Exception as e:  # noqa: BLE001 - a contestant that fails is reported, the others go on
+                print(f"    {name}: failed ({type(e).__name__}: {str(e)[:200]})")
+                fns = {k: v for k, v in fns.items() if k != name}
+                break
+    times = {k: [] for k in fns}
+    order = list(fns)
+    end = time.perf_counter() + budget
+    while time.perf_counter() < end:
+        for k in order:
+            times[k].append(timed(fns[k], args))
+        order = order[1:] + order[:1]
+    return {k: statistics.median(v) for k, v in times.items() if v}
+
+
+def report(title: str, med: dict) -> None:
+    base = med.get("eager")
+    ind = med.get("inductor")
+    print(f"  {title}")
+    for k, v in med.items():
+        extra = f"  {v / base:.2f}x eager" if base else ""
+        if ind and k.startswith("ours"):
+            extra += f", {v / ind:.2f}x inductor"
+            ro = med.get("inductor reduce-overhead")
+            if ro:
+                extra += f", {v / ro:.2f}x reduce-overhead"
+        print(f"    {k:26s} {v * 1e6:9.1f} us{extra}")
+
+
+# ---------------------------------------------------------------------------- Llama decode
+def llama(size: str, dev):
+    from transformers import LlamaConfig, LlamaForCausalLM
+    if size == "tiny":
+        cfg = LlamaConfig(hidden_size=128, intermediate_size=344, num_hidden_layers=2, num_attention_heads=4,
+                          num_key_value_heads=2, vocab_size=2048, max_position_embeddings=2048)
+    else:  # 1B class (TinyLlama-1.1B's shape)
+        cfg = LlamaConfig(hidden_size=2048, intermediate_size=5632, num_hidden_layers=22, num_attention_heads=32,
+                          num_key_value_heads=4, vocab_size=32000, max_position_embeddings=2048)
+    torch.manual_seed(SEED)
+    return LlamaForCausalLM(cfg).to(dev, torch.bfloat16).eval(), cfg
+
+
+def decode(step_fn, model, cfg, dev, prompt: int, steps: int) -> tuple[float, list]:
+    """Greedy decoding `steps` tokens after a prompt: (median seconds per decode step, tokens)."""
+    from transformers import DynamicCache
+    ids = torch.randint(0, cfg.vocab_size, (1, prompt), device=dev, generator=torch.Generator(dev).manual_seed(1))
+    cache = DynamicCache()
+    out = model(input_ids=ids, past_key_values=cache, use_cache=True)
+    tok = out.logits[:, -1:].argmax(-1)
+    times, toks = [], []
+    for _ in range(steps):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        logits = step_fn(tok, cache)
+        torch.cuda.synchronize()
+        times.append(time.perf_counter() - t0)
+        tok = logits[:, -1:].argmax(-1)
+        toks.append(int(tok))
+    return statistics.median(times[len(times) // 4:]), toks
+
+
+def decode_bench(size: str, dev, inductor: bool) -> None:
+    model, cfg = llama(size, dev)
+
+    def step(tok, cache):
+        return model(input_ids=tok, past_key_values=cache, use_cache=True).logits
+
+    runs = contestants(step, inductor)
+    med, ref = {}, None
+    with torch.no_grad():
+        for name, fn in runs.items():
+            try:
+                med[name], toks = decode(fn, model, cfg, dev, prompt=32, steps=64)
+            except Exception as e:  # noqa: BLE001
+                print(f"    {name}: failed ({type(e).__name__}: {str(e)[:200]})")
+                continue
+            if ref is None:
+                ref = toks
+            elif toks != ref:
+                print(f"    {name}: tokens differ from eager's (first at step {next(i for i, (a, b) in enumerate(zip(toks, ref)) if a != b)})")
+    report(f"Llama decode ({size}, bf16, batch 1, prompt 32, 64 steps, KV cache growing)", med)
+
+
+# ---------------------------------------------------------------------------- varying shapes
+def sequence(dev, inductor: bool) -> None:
+    from bench.fused import Block, chain
+    rng = random.Random(SEED)
+    shapes = [(rng.randint(1, 64), rng.choice([16, 32, 48, 64, 96, 128])) for _ in range(60)]
+    block = Block().to(dev).eval()
+    cases = {"pointwise chain": (chain, lambda b, t: (torch.randn(b * t, 4096, device=dev), torch.randn(4096, device=dev),
+                                                       torch.randn(4096, device=dev))),
+             "transformer block": (block, lambda b, t: (torch.randn(b, t, 128, device=dev),))}
+    for title, (fn, make) in cases.items():
+        totals = {}
+        names = ["eager"] + (["inductor", "inductor reduce-overhead"] if inductor else []) + ["ours", "ours + buckets"]
+        for name in names:
+            if name.startswith("inductor"):
+                torch._dynamo.reset()
+            run = contestants(fn, inductor)[name]
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            with torch.no_grad():
+                for b, t in shapes:
+                    run(*make(b, t))
+            torch.cuda.synchronize()
+            totals[name] = time.perf_counter() - t0
+        base, ind = totals["eager"], totals.get("inductor")
+        print(f"  60 random shapes, {title}, compiles included:")
+        for k, v in totals.items():
+            print(f"    {k:26s} {v * 1e3:9.1f} ms  {v / base:.2f}x eager" + (f", {v / ind:.3f}x inductor" if ind else ""))
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--budget", type=float, default=2.0, help="seconds of interleaved calls per workload")
+    ap.add_argument("--no-inductor", action="store_true")
+    ap.add_argument("--no-llama", action="store_true")
+    ap.add_argument("--no-1b", action="store_true")
+    ap.add_argument("--no-sequences", action="store_true")
+    args = ap.parse_args()
+    if not torch.cuda.is_available():
+        print("bench/gpu.py: skipped: no CUDA device here (torch.cuda.is_available() is False). "
+              "It measures the Triton kernels and CUDA graphs on a GPU; on the CPU the suite runs every "
+              "Triton kernel in Triton's interpreter instead (tests/backends/fused/test_triton.py).")
+        return 0
+    try:
+        import triton  # noqa: F401
+    except ImportError:
+        print("bench/gpu.py: skipped: triton is not installed (pip install -e '.[gpu]')")
+        return 0
+    dev = torch.device("cuda")
+    inductor = not args.no_inductor
+    print(f"device: {torch.cuda.get_device_name(dev)}, torch {torch.__version__}, triton {triton.__version__}")
+    torch.manual_seed(SEED)
+    with torch.no_grad():
+        for title, fn, a in workloads(hf=False):
+            if isinstance(fn, torch.nn.Module):
+                fn = fn.to(dev)
+            a = tuple(_to(x, dev) for x in a)
+            report(title, steady(contestants(fn, inductor), a, args.budget))
+    if not args.no_llama:
+        decode_bench("tiny", dev, inductor)
+        if not args.no_1b:
+            decode_bench("1b", dev, inductor)
+    if not args.no_sequences:
+        sequence(dev, inductor)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,322 @@
+"""CUDA graphs of compiled entries (`ds.config.cudagraphs`): launch overhead paid once per size bucket.
+
+A graph replays fixed memory at fixed sizes, so an entry serving every size needs one graph per
+size it sees ("exact"), or, in "buckets" mode, one per bucket: a dynamic size is rounded up to a
+power of two (capped by the largest value its guards accept, e.g. `ds.mark_dynamic(x, 0, max=)`),
+inputs are copied into static buffers of the bucket's size and outputs sliced back. Padding is
+used only for a size that the graph provably keeps in separate rows: it is dim 0 of every tensor
+that has it, and every op treats those rows independently (pointwise ops, matmuls and linear
+layers on the left operand, norms and reductions over other dims, row-wise softmax, embeddings,
+attention with the size as its batch). Anything else (a sum over the rows, a size used as a
+number, a transpose moving the rows) keeps that size exact, and `why_exact` says why (explain
+output). Graphs capture inference only; an entry autograd records runs as compiled.
+
+Each graph is captured at the second call of its bucket (the first one runs as compiled, warming
+kernels up), its outputs are cloned after each replay (never the graph's own memory), and the
+graphs' memory is bounded by `ds.config.cudagraph_pool_mb`: the least recently used are freed.
+"""
+from __future__ import annotations
+
+import collections
+
+import sympy
+import torch
+
+from ..ir.graph import TensorMeta, _sym_exprs_in
+from ..runtime.config import config
+from ..runtime.registry import ENTRY_WRAPPERS
+from ..symbolic.sources import LocalSource
+from ..tracing.aliasing import FRESH, is_inplace
+from .fused import ops
+
+SIMULATE = [False]  # tests: CPU tensors take the graph path, a "replay" reruns the function on the static buffers
+
+_MATMULS = {"matmul", "mm", "linear", "addmm", "bmm", "baddbmm"}
+_ROW_SAFE = {"embedding", "scaled_dot_product_attention", "layer_norm", "rms_norm", "group_norm"} | _MATMULS
+_DIMMED = ops.REDUCE | {"softmax", "log_softmax", "cumsum", "cat", "stack"}
+_RANDOM = {"rand", "randn", "randint", "rand_like", "randn_like", "randint_like", "bernoulli", "multinomial",
+           "normal", "poisson", "randperm", "uniform_", "normal_", "bernoulli_", "exponential_", "random_"}
+_LIVE: collections.OrderedDict = collections.OrderedDict()  # (graphs, key) -> bytes, least recent first
+
+
+def _name(n) -> str:
+    return ops.op_name(n.target) or getattr(n.target, "__name__", str(n.target))
+
+
+def _has(e, s) -> bool:
+    return not isinstance(e, int) and s in sympy.sympify(e).free_symbols
+
+
+def row_blocker(graph, s) -> str | None:
+    """Why padding symbol `s` (rows appended at dim 0) could change a real row; None when it cannot."""
+    for n in graph.nodes:
+        if n.kind == "symbol":
+            of, how, index = n.args
+            if n.target == s and not (how == "size" and index == 0 and of.kind == "input"):
+                return f"{s} is read as {how} {index} of {of.name}, not as the rows of an input"
+            continue
+        if n.kind == "output":
+            if any(_has(e.expr, s) for e in _sym_exprs_in(n.args)):
+                return f"the function returns a number computed from {s}"
+            continue
+        if n.kind != "call":
+            continue
+        metas = [a.meta for a in list(n.args) + list(n.kwargs.values()) if ops.is_tensor(a)]
+        metas += [m for m in (n.meta if isinstance(n.meta, tuple) else (n.meta,)) if isinstance(m, TensorMeta)]
+        where = f"{_name(n)} at {n.location}" if n.location is not None else _name(n)
+        for m in metas:
+            if any(_has(d, s) for d in m.shape[1:]) or (m.shape and _has(m.shape[0], s) and m.shape[0] != s):
+                return f"{where} has {s} in a dim other than its rows"
+        if not any(m.shape and m.shape[0] == s for m in metas):
+            if any(_has(e.expr, s) for e in _sym_exprs_in((n.args, n.kwargs))):
+                return f"{where} uses {s} as a number"
+            continue
+        name = _name(n)
+        fam = ops.family(n)
+        if fam == "view":  # rows stay rows when both ends have them as dim 0 (checked above)
+            out = n.meta
+            if not (isinstance(out, TensorMeta) and out.shape and out.shape[0] == s):
+                return f"{where} moves the rows of {s}"
+            continue
+        if any(_has(e.expr, s) for e in _sym_exprs_in((n.args, n.kwargs))):
+            return f"{where} uses {s} as a number"
+        if fam == "pointwise" or name in ("contiguous", "clone", "detach") or (fam == "identity" and name != "dropout"):
+            continue
+        if name in _DIMMED:
+            rank = len(ops.tensor_args(n)[0].meta.shape)
+            dims = ops.norm_dims(ops.arg(n, 1, "dim", None), rank)
+            if ops.arg(n, 1, "dim", None) is None and name not in ("softmax", "log_softmax", "cumsum"):
+                dims = None
+            if dims is None or 0 in dims:
+                return f"{where} reduces or joins over the rows of {s}"
+            continue
+        if name in _MATMULS:
+            ts = ops.tensor_args(n)
+            right = ts[-1] if name not in ("linear",) else ts[1]
+            if name == "addmm":
+                right = ts[2]
+            if _has_any(right.meta.shape, s) and len(right.meta.shape) < 3:
+                return f"{where} contracts over the rows of {s}"
+            continue
+        if name in _ROW_SAFE:
+            continue
+        return f"{where}: not known to keep rows apart"
+    return None
+
+
+def _has_any(shape, s) -> bool:
+    return any(_has(d, s) for d in shape)
+
+
+def _may_alias_input(v, seen=None) -> bool:
+    """Whether graph value `v` may share memory with an input (not only computed into new memory)."""
+    seen = set() if seen is None else seen
+    if not hasattr(v, "kind") or id(v) in seen or not isinstance(getattr(v, "meta", None), TensorMeta):
+        return False
+    seen.add(id(v))
+    if v.kind == "input":
+        return True
+    if v.kind != "call" or getattr(v.target, "__name__", "") in FRESH:
+        return False
+    return any(_may_alias_input(a, seen) for a in ops.tensor_args(v))
+
+
+def bucket(n: int, upper) -> int:
+    b = 1
+    while b < n:
+        b *= 2
+    if upper is not None and b > upper:
+        b = max(n, int(upper))
+    return b
+
+
+class _Captured:
+    def __init__(self, statics: dict, outs, graph, L):
+        self.statics, self.outs, self.graph, self.L = statics, outs, graph, L
+
+
+class Graphs:
+    """fn(L) -> flat values, run through CUDA graphs keyed by (bucketed) input sizes."""
+
+    def __init__(self, fn, graph, guard_set, env, mode: str):
+        self.fn, self.guard_set, self.mode = fn, guard_set, mode
+        self.source = getattr(fn, "source", "")
+        self.inputs = []  # (name in L, index in graph inputs) of the top-level tensors copied each replay
+        self.why_none = None  # why no graph is ever captured
+        self.values = sorted(n.target.local for n in graph.inputs()  # ints and floats: part of the key
+                             if not isinstance(n.meta, TensorMeta) and isinstance(n.target, LocalSource))
+        for n in graph.inputs():
+            if isinstance(n.meta, TensorMeta) and not n.args:
+                if not isinstance(n.target, LocalSource):
+                    self.why_none = f"input {n.name} is not an argument of the call (it would need a static copy)"
+                self.inputs.append(n.target.local if isinstance(n.target, LocalSource) else None)
+        for n in graph.nodes:
+            if n.kind != "call":
+                continue
+            name = getattr(n.target, "__name__", "")
+            if is_inplace(n.target, n.kwargs):  # a replay would change the static copy, not the caller's tensor
+                self.why_none = f"{name} at {n.location} changes a tensor in place"
+            elif name in _RANDOM or (name in ("dropout", "dropout1d", "dropout2d") and ops.arg(n, 2, "training", True)):
+                self.why_none = f"{name} at {n.location} draws random numbers (a replay would not draw eager's)"
+        out = graph.output_node
+        for v in (out.args[0] if out else ()):
+            if _may_alias_input(v):  # the replay's output is a copy: eager's would share the caller's memory
+                self.why_none = f"the output {v.name} may be a view of an input"
+        if torch.is_grad_enabled() and any(isinstance(n.meta, TensorMeta) and n.meta.requires_grad
+                                           for n in graph.inputs()):
+            self.why_none = "autograd records this entry (graphs capture inference: call it under torch.no_grad())"
+        syms = sorted({s for n in graph.inputs() if isinstance(n.meta, TensorMeta) for d in n.meta.shape
+                       if not isinstance(d, int) for s in sympy.sympify(d).free_symbols}, key=str)
+        self.padded: dict = {}  # symbol -> its largest value (None: unbounded)
+        self.why_exact: dict = {}  # symbol -> why it is not padded
+        if mode == "buckets":
+            for s in syms:
+                why = row_blocker(graph, s)
+                if why is None:
+                    vr = env.var_to_range.get(s)
+                    up = getattr(vr, "upper", None)
+                    self.padded[s] = int(up) if up is not None and up != sympy.oo and str(up) != "int_oo" else None
+                else:
+                    self.why_exact[s] = why
+        self.rows = {}  # input name -> the padded symbol of its dim 0
+        for n in graph.inputs():
+            if isinstance(n.meta, TensorMeta) and isinstance(n.target, LocalSource) and n.meta.shape \
+                    and n.meta.shape[0] in self.padded:
+                self.rows[n.target.local] = n.meta.shape[0]
+        out = graph.output_node
+        self.out_rows = [v.meta.shape[0] if hasattr(v, "meta") and isinstance(v.meta, TensorMeta) and v.meta.shape
+                         and v.meta.shape[0] in self.padded else None for v in (out.args[0] if out else ())]
+        self.graphs: collections.OrderedDict = collections.OrderedDict()
+        self.seen: set = set()
+        self.exact_keys: set = set()  # buckets whose padded inputs the guards rejected: exact sizes there
+
+    def __getattr__(self, name):  # a fused backend's regions, readiness...: the compiled function's
+        if name in ("fn", "__setstate__"):
+            raise AttributeError(name)
+        return getattr(self.fn, name)
+
+    def cuda_graphs_report(self) -> list[str]:
+        if self.why_none:
+            return [f"CUDA graphs: none ({self.why_none})"]
+        lines = [f"CUDA graphs ({self.mode}): {len(self.graphs)} captured"]
+        for s, why in self.why_exact.items():
+            lines.append(f"  {s} stays exact: {why}")
+        for s, up in self.padded.items():
+            lines.append(f"  {s} rounded up to powers of two" + (f" (at most {up})" if up is not None else ""))
+        return lines
+
+    def __call__(self, L):
+        if self.why_none is not None or not self._eligible(L):
+            return self.fn(L)
+        sizes = {}
+        for name, s in self.rows.items():
+            sizes[s] = L[name].shape[0]
+        bucketed = {s: bucket(n, self.padded[s]) for s, n in sizes.items()}
+        vals = tuple((name, type(L.get(name)), L.get(name)) for name in self.values)
+        key = tuple((name, tuple(L[name].shape), L[name].dtype) for name in self._names()) + vals
+        bkey = tuple((name, (bucketed[self.rows[name]],) + tuple(L[name].shape[1:]) if name in self.rows
+                      else tuple(L[name].shape), L[name].dtype) for name in self._names()) + vals
+        if bkey in self.exact_keys:
+            bkey = key
+        cap = self.graphs.get(bkey)
+        if cap is None:
+            if bkey not in self.seen:  # the first call of a bucket runs as compiled: kernels warm up
+                self.seen.add(bkey)
+                return self.fn(L)
+            cap = self._capture(L, bkey, bucketed if bkey != key else {})
+            if cap is None:
+                self.exact_keys.add(bkey)
+                return self.fn(L)
+        else:
+            self.graphs.move_to_end(bkey)
+            _LIVE.move_to_end((id(self), bkey))
+        return self._replay(cap, L, sizes)
+
+    def _names(self):
+        return sorted(n for n in self.inputs if n is not None)
+
+    def _eligible(self, L) -> bool:
+        grad = torch.is_grad_enabled()
+        for name in self._names():
+            t = L.get(name)
+            if not isinstance(t, torch.Tensor) or (grad and t.requires_grad):
+                return False
+            if not (t.is_cuda or (SIMULATE[0] and t.is_cpu)) or not t.is_contiguous():
+                return False  # the static buffers are contiguous: another layout runs as compiled
+        try:
+            hash(tuple(L.get(name) for name in self.values))
+        except TypeError:
+            return False
+        return True
+
+    def _static(self, L, bucketed):
+        Ls = dict(L)
+        statics = {}
+        for name in self._names():
+            t = L[name]
+            shape = list(t.shape)
+            if name in self.rows:
+                shape[0] = bucketed.get(self.rows[name], shape[0])
+            buf = torch.zeros(shape, dtype=t.dtype, device=t.device)
+            buf[:t.shape[0]].copy_(t)
+            statics[name] = Ls[name] = buf
+        return Ls, statics
+
+    def _capture(self, L, bkey, bucketed):
+        Ls, statics = self._static(L, bucketed)
+        if bucketed and not self.guard_set.fn(Ls):  # the bucket's size is outside what the graph was traced for
+            return None
+        if SIMULATE[0]:
+            cap = _Captured(statics, None, None, Ls)
+        else:
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                self.fn(Ls)  # lazy initialization (cuBLAS handles, Triton's first launch) outside the capture
+            torch.cuda.current_stream().wait_stream(side)
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g):
+                outs = self.fn(Ls)
+            cap = _Captured(statics, outs, g, Ls)
+        self.graphs[bkey] = cap
+        nbytes = sum(t.numel() * t.element_size() for t in statics.values())
+        if cap.outs is not None:
+            nbytes += sum(t.numel() * t.element_size() for t in cap.outs if isinstance(t, torch.Tensor))
+        _LIVE[(id(self), bkey)] = (self, nbytes)
+        _evict()
+        return cap
+
+    def _replay(self, cap, L, sizes):
+        for name, buf in cap.statics.items():
+            t = L[name]
+            buf[:t.shape[0]].copy_(t)
+        if cap.graph is None:  # SIMULATE
+            outs = self.fn(cap.L)
+        else:
+            cap.graph.replay()
+            outs = cap.outs
+        res = []
+        for v, rows in zip(outs, self.out_rows):
+            if isinstance(v, torch.Tensor):
+                if rows is not None:  # the real rows of a padded output
+                    v = v[:sizes[rows]]
+                v = v.clone()  # never the graph's memory: the next replay overwrites it
+            res.append(v)
+        return tuple(res) if isinstance(outs, tuple) else res
+
+
+def _evict() -> None:
+    limit = config.cudagraph_pool_mb * 2 ** 20
+    while _LIVE and sum(b for _, b in _LIVE.values()) > limit and len(_LIVE) > 1:
+        (_, key), (owner, _) = _LIVE.popitem(last=False)
+        owner.graphs.pop(key, None)
+
+
+def wrap(fn, graph, guard_set, env):
+    """fn, or fn run through CUDA graphs (ds.config.cudagraphs)."""
+    if config.cudagraphs == "off" or (not SIMULATE[0] and not torch.cuda.is_available()):
+        return fn
+    return Graphs(fn, graph, guard_set, env, config.cudagraphs)
+
+
+ENTRY_WRAPPERS.append(wrap)

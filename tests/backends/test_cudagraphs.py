@@ -1,0 +1,193 @@
+"""CUDA graphs per size bucket (backends/cudagraphs.py). No GPU here: `SIMULATE` sends CPU tensors down
+the same path, a "capture" keeping the static buffers and a "replay" rerunning the compiled function on
+them, so the padding, the slicing and the proof that padding keeps rows apart are checked against eager."""
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import dynashape as ds
+from dynashape.backends import cudagraphs
+
+
+@pytest.fixture(autouse=True)
+def _simulated():
+    cudagraphs.SIMULATE[0] = True
+    try:
+        with ds.config.patch(cudagraphs="buckets"), torch.no_grad():
+            yield
+    finally:
+        cudagraphs.SIMULATE[0] = False
+
+
+def graphs_of(cf) -> cudagraphs.Graphs:
+    for e in cf.entries:
+        g = getattr(e.fn, "graph_fn", None)
+        if isinstance(g, cudagraphs.Graphs):
+            return g
+    raise AssertionError("no entry runs through CUDA graphs")
+
+
+class Block(nn.Module):
+    def __init__(self, d=16):
+        super().__init__()
+        self.ln, self.fc, self.out = nn.LayerNorm(d), nn.Linear(d, 4 * d), nn.Linear(4 * d, d)
+
+    def forward(self, x):
+        h = self.out(F.gelu(self.fc(self.ln(x))))
+        return torch.softmax(h + x, -1), h.amax(-1)
+
+
+def test_row_wise_model_pads_batches_to_buckets_and_matches_eager_on_every_size():
+    m = Block().eval()
+    cf = ds.compile(m, dynamic=True)
+    for n in (3, 3, 5, 6, 7, 3, 17, 20, 5):
+        x = torch.randn(n, 16)
+        torch.testing.assert_close(cf(x), m(x))
+    g = graphs_of(cf)
+    assert len(g.padded) == 1, g.cuda_graphs_report()  # the batch; the feature dim (dynamic=True) stays exact
+    assert len(g.graphs) == 3  # buckets 4, 8 and 32 were seen twice each
+    assert sorted(k[0][1][0] for k in g.graphs) == [4, 8, 32]
+
+
+def test_a_sum_over_the_rows_keeps_the_size_exact_and_says_why():
+    def f(x):
+        return (x * 2).sum(0), x.relu()
+    cf = ds.compile(f, dynamic=True)
+    for n in (3, 3, 5, 5, 6):
+        x = torch.randn(n, 4)
+        torch.testing.assert_close(cf(x), f(x))
+    g = graphs_of(cf)
+    assert not g.padded and "reduces or joins over the rows" in " ".join(g.why_exact.values())
+    assert len(g.graphs) == 2  # exact sizes 3 and 5
+    assert any("stays exact" in line for line in g.cuda_graphs_report())
+    assert "stays exact: sum at" in ds.explain(cf, print_report=False)
+
+
+@pytest.mark.parametrize("body,why", [
+    (lambda x: x / x.shape[0], "as a number"),
+    (lambda x: x.t() @ x, "other than its rows"),
+    (lambda x: x.mean(), "reduces or joins"),
+    (lambda x: torch.cat([x, x], 0), "reduces or joins"),
+    (lambda x: x.reshape(-1), "other than its rows"),
+])
+def test_programs_that_mix_rows_are_never_padded(body, why):
+    cf = ds.compile(body, dynamic=True)
+    for n in (3, 3, 5, 5):
+        x = torch.randn(n, 4)
+        torch.testing.assert_close(cf(x), body(x))
+    assert why in " ".join(graphs_of(cf).why_exact.values())
+
+
+def test_int_and_float_arguments_are_part_of_a_graphs_key():
+    def f(x, n, a):
+        return x * n + a
+    cf = ds.compile(f, dynamic=True)
+    for n, a in ((2, 0.5), (2, 0.5), (3, 0.5), (3, 1.5), (4, 2.5), (3, 1.5)):
+        x = torch.randn(5, 4)
+        torch.testing.assert_close(cf(x, n, a), f(x, n, a))
+
+
+def test_non_contiguous_inputs_run_as_compiled():
+    def f(x):
+        return x.relu() * 2
+    cf = ds.compile(f, dynamic=True)
+    for n in (3, 3, 3):
+        x = torch.randn(4, n).t()
+        torch.testing.assert_close(cf(x), f(x))
+
+
+def test_a_matmul_pads_its_left_rows_only():
+    def f(x, w):
+        return x @ w, F.linear(x, w.t())
+    cf = ds.compile(f, dynamic=True)
+    w = torch.randn(4, 6)
+    for n in (3, 3, 5, 5, 9, 9):
+        x = torch.randn(n, 4)
+        torch.testing.assert_close(cf(x, w), f(x, w))
+    assert graphs_of(cf).padded
+
+
+def test_a_bucket_is_capped_by_the_largest_size_the_user_allows():
+    m = Block().eval()
+    cf = ds.compile(m)
+    for n in (5, 5, 6, 6):
+        x = torch.randn(n, 16)
+        ds.mark_dynamic(x, 0, min=2, max=6)
+        torch.testing.assert_close(cf(x), m(x))
+    g = graphs_of(cf)
+    assert sorted({k[0][1][0] for k in g.graphs}) == [6]  # 8 would be past max=6
+
+
+def test_inputs_that_require_grad_under_grad_mode_run_without_graphs():
+    m = Block()
+    cf = ds.compile(m, dynamic=True)
+    with torch.enable_grad():
+        for n in (3, 3, 5):
+            x = torch.randn(n, 16, requires_grad=True)
+            out = cf(x)[0]
+            out.sum().backward()
+    assert not graphs_of(cf).graphs
+
+
+def test_parameters_that_require_grad_under_grad_mode_run_without_graphs_and_give_eagers_gradients():
+    m = Block()
+    cf = ds.compile(m, dynamic=True)
+    with torch.enable_grad():
+        for n in (3, 3, 3):
+            x = torch.randn(n, 16)
+            m.zero_grad()
+            cf(x)[0].square().sum().backward()
+            got = [p.grad.clone() for p in m.parameters()]
+            m.zero_grad()
+            m(x)[0].square().sum().backward()
+            torch.testing.assert_close(got, [p.grad for p in m.parameters()])
+    g = graphs_of(cf)
+    assert not g.graphs and "autograd records" in g.why_none
+
+
+@pytest.mark.parametrize("body,why", [
+    (lambda x: x.add_(1) * 2, "in place"),
+    (lambda x: x * torch.rand_like(x), "random numbers"),
+    (lambda x: F.dropout(x, 0.5, training=True), "random numbers"),
+    (lambda x: x[1:], "view of an input"),
+    (lambda x: (x * 2, x.t()), "view of an input"),
+])
+def test_programs_that_change_inputs_or_draw_random_numbers_get_no_graphs(body, why):
+    cf = ds.compile(body, dynamic=True)
+    for n in (3, 3, 3):
+        torch.manual_seed(0)
+        x = torch.randn(n, 4)
+        got = cf(x.clone())
+        torch.manual_seed(0)
+        torch.randn(n, 4)
+        torch.testing.assert_close(got, body(x.clone()))
+    g = graphs_of(cf)
+    assert not g.graphs and why in g.why_none
+
+
+def test_least_recently_used_graphs_are_freed_past_the_pool_limit():
+    def f(x):
+        return x * 2 + 1
+    cf = ds.compile(f, dynamic=True)
+    with ds.config.patch(cudagraph_pool_mb=1):
+        for n in (1000, 1000, 3000, 3000, 60000, 60000):  # 4, 16 and 256 KiB buckets... then 1 MiB
+            x = torch.randn(n, 4)
+            torch.testing.assert_close(cf(x), f(x))
+    g = graphs_of(cf)
+    assert 0 < len(g.graphs) < 3
+
+
+def test_outputs_are_fresh_tensors_not_the_graphs_memory():
+    def f(x):
+        return x + 1
+    cf = ds.compile(f, dynamic=True)
+    a = cf(torch.zeros(3, 2))
+    b = cf(torch.zeros(3, 2))
+    c = cf(torch.ones(3, 2))  # a replay: must not change b
+    assert b.eq(1).all() and c.eq(2).all() and a.eq(1).all()
+
+
+def test_config_cudagraphs_rejects_unknown_modes():
+    with pytest.raises(ValueError, match="'off', 'exact', 'buckets'"):
+        ds.config.cudagraphs = "on"
