@@ -28,6 +28,7 @@ import math
 import re
 from typing import NamedTuple
 
+import sympy
 import torch
 
 from ...ir.codegen import _call, _Emitter
@@ -253,6 +254,10 @@ def _reduce_to(g: str, shape_to, shape_from) -> str:
     """`g` (of the region member's shape) summed over the dims a broadcast added to an input."""
     shape_to, shape_from = list(shape_to), list(shape_from)
     lead = len(shape_from) - len(shape_to)
+    if any(not isinstance(s, int) and sympy.simplify(s - shape_from[lead + i]) != 0 for i, s in enumerate(shape_to)):
+        # a size that is 1 only at run time (`s0 - 1` next to `s0`, train fuzz seed 25112802): which dims
+        # the broadcast added is decided when the backward runs (its trace guards the sizes)
+        return f"_sum_to({g}, {_shape_expr(shape_to)})"
     dims = list(range(lead))
     for i, s in enumerate(shape_to):
         if isinstance(s, int) and s == 1 and not (isinstance(shape_from[lead + i], int) and shape_from[lead + i] == 1):
@@ -341,6 +346,7 @@ def backward_source(region, name: str, symbols) -> "Backward":
     rets = [grad.get(region.inputs[i], "None") for i in wants]
     lines.append(f"    return ({', '.join(rets)}{',' if len(rets) == 1 else ''})")
     kept = {v for n in region.nodes for v in eager_saves(n)}
+    em.ns["_sum_to"] = _sum_to
     return Backward("\n".join(lines) + "\n", em.ns, wants, saved,
                     [i for i, t in enumerate(region.inputs) if t in kept],
                     [j for j, o in enumerate(region.outputs) if o in kept])
@@ -397,6 +403,15 @@ _ATOM = re.compile(r"[A-Za-z_]\w*|\d+(\.\d*)?(e[+-]?\d+)?")
 
 
 _NAME = re.compile(r"(?<![.\w])[A-Za-z_]\w*")  # names, not attributes (torch.exp)
+
+
+def _sum_to(g, shape):
+    """`g` summed back to `shape`, the shape of an input its forward broadcast."""
+    lead = g.dim() - len(shape)
+    dims = tuple(range(lead)) + tuple(lead + i for i, s in enumerate(shape) if s == 1 and g.shape[lead + i] != 1)
+    if dims:
+        g = g.sum(dims, keepdim=True)
+    return g.reshape(shape) if lead else g
 
 
 class Backward(NamedTuple):

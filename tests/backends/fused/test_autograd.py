@@ -385,3 +385,15 @@ def test_outputs_of_a_region_can_be_viewed_and_changed_in_place_as_eager_s():
                 res.append(([o.detach() for o in outs], x.grad, b.grad))
             torch.testing.assert_close(res[1], res[0])
     assert all(type(o.grad_fn).__name__ == "FusedRegionBackward" for o in cf(x, b))
+
+
+def test_an_input_broadcast_from_a_size_that_is_one_only_at_run_time_gets_its_gradient_summed_back():
+    """Train fuzz seed 25112802: y.mT[1:][None] has the symbolic shape (1, s0 - 1, s0), broadcast against
+    (1, s0, s0, s0) with s0 = 2; the backward did not sum over the `s0 - 1` dim (1 only at run time) and
+    its reshape to (1, 1, 2) raised."""
+    def f(x, y):
+        v = y.mT[1:][None]
+        return (v / (x.abs() + 1)).exp().clamp(max=1)
+    cases = [(torch.randn(1, n, n, n), torch.randn(n, n, requires_grad=True)) for n in (2, 2)]
+    cf = check_fused(f, cases, grad=True, compiles=None)
+    assert any(rt.backward is not None for e in cf.entries for rt in e.fn.regions)
