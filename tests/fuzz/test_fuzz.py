@@ -24,7 +24,7 @@ from tests.fuzz.run import check_program, difference, load, random_calls
 from tests.fuzz.train import check_train_program
 
 BUDGET = float(os.environ.get("DYNASHAPE_FUZZ_SECONDS", "60"))
-TRITON_BUDGET = float(os.environ.get("DYNASHAPE_FUZZ_TRITON_SECONDS", "20"))
+TRITON_BUDGET = float(os.environ.get("DYNASHAPE_FUZZ_TRITON_SECONDS", "15"))
 TRAIN_BUDGET = float(os.environ.get("DYNASHAPE_FUZZ_TRAIN_SECONDS", "30"))
 SEED = 20261123
 TRAIN_SEED = 20261124

@@ -1,0 +1,28 @@
+"""The differential suite (tests/test_differential.py) again, every region a Triton kernel: in Triton's
+interpreter on CPU tensors here (TRITON_INTERPRET=1, set by tests/conftest.py), on the GPU's compiler
+where there is one. The same oracle: compiled vs eager on every shape, one graph, no fallback."""
+import pytest
+
+import dynashape as ds
+
+pytest.importorskip("triton", reason="triton is not installed (pip install -e '.[gpu]'): the Triton kernels go untested")
+
+from dynashape.backends.fused import triton_run  # noqa: E402
+from tests.test_differential import *  # noqa: F401,F403,E402 - the same tests, collected here
+
+_real_compile = ds.compile
+pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")  # numpy in the interpreter: lanes masked off
+
+
+@pytest.fixture(autouse=True)
+def _triton_kernels(monkeypatch):
+    def compile_fused(fn=None, **kw):
+        kw.setdefault("backend", "fused")
+        return _real_compile(fn, **kw)
+    monkeypatch.setattr(ds, "compile", compile_fused)
+    with ds.config.patch(triton="cpu"):
+        yield
+
+
+def test_zz_the_suite_ran_triton_kernels():
+    assert triton_run.counters["launches"] > 0
