@@ -94,7 +94,7 @@ class FusedBackend:
     @staticmethod
     def _tiered(eager_fn, build_fn):
         tiered = Tiered(eager_fn)
-        if build.compiler() is None:
+        if build.compiler() is None and (config.triton == "off" or not triton_run.available()):
             _warn_once("nocxx", "dynashape: backend='fused' found no C++ compiler (g++/c++ or $CXX); "
                                 "running the eager backend instead")
             tiered.error = "no C++ compiler"
@@ -244,6 +244,10 @@ class RegionRuntime:
             self.kernel = None
             self.wrapper = self._device_fn = self._make_device_fn()
             return
+        if build.compiler() is None:  # no C++ compiler (a GPU box may have none): Triton on devices only
+            self.kernel = None
+            self.wrapper = self._without_cpp
+            return
         n_ptr = self.spec.n_in + self.spec.n_out
         n_int = len(self.spec.symbols) + sum(self.spec.stride_dims)
         floats = tuple(i for i, s in enumerate(self.spec.symbols) if not s.is_integer)  # zf0: passed as a double
@@ -271,6 +275,18 @@ class RegionRuntime:
                     f"dynashape: fused backend runs a region as torch calls on devices ({type(e).__name__}: {e})")
             return self._torch_with_save
         return self._wrapper(device=True)
+
+    @property
+    def _without_cpp(self):
+        """The wrapper where no C++ compiler is: torch's calls on CPU tensors, on_device elsewhere."""
+        calls, on_device = self.torch_calls, self.on_device
+
+        def run(*args, _save=None):
+            if all(a.is_cpu for a in args[:len(self.region.inputs)]):
+                return calls(*args)
+            return on_device(*args, _save=_save)
+        run.__name__ = run.__qualname__ = run._codegen_name = self.name
+        return run
 
     @property
     def _torch_with_save(self):

@@ -7,6 +7,8 @@ import sys
 import textwrap
 import warnings
 
+import pytest
+
 import torch
 import torch.nn.functional as F
 
@@ -99,7 +101,7 @@ def test_no_compiler_means_eager_with_one_warning(monkeypatch):
     monkeypatch.setattr(build, "compiler", lambda: None)
     monkeypatch.setattr(fused.backend, "_warned", set())
     f = _unique_fn()
-    with warnings.catch_warnings(record=True) as w:
+    with warnings.catch_warnings(record=True) as w, ds.config.patch(triton="off"):  # Triton would keep devices fused
         warnings.simplefilter("always")
         cf = ds.compile(f, dynamic=True, backend="fused")
         x = torch.randn(4, 4)
@@ -136,3 +138,24 @@ def test_the_compile_trace_records_kernel_cache_misses_hits_and_compile_time(tmp
     assert "fused_kernel_cache_miss" in names and "fused_kernel_cache_hit" in names
     metrics = [e["compilation_metrics"] for k, e, _ in _kinds(path) if k == "compilation_metrics"]
     assert metrics[0]["phases_s"]["kernel_compile"] > 0
+
+
+def test_without_a_compiler_but_with_triton_cpu_tensors_run_torch_calls_and_devices_keep_triton(monkeypatch):
+    pytest.importorskip("triton", reason="triton is not installed")
+    from dynashape.backends.fused import triton_run
+    monkeypatch.setattr(build, "compiler", lambda: None)
+    monkeypatch.setattr(fused.backend, "_warned", set())
+    f = _unique_fn()
+    with warnings.catch_warnings(record=True) as w, ds.config.patch(triton="auto"):
+        warnings.simplefilter("always")
+        cf = ds.compile(f, dynamic=True, backend="fused")
+        for s in [(3, 4), (5, 4)]:
+            x = torch.randn(*s)
+            torch.testing.assert_close(cf(x), f(x))
+    assert not [m for m in w if "C++ compiler" in str(m.message)]
+    rt = cf.entries[0].fn.regions[0]
+    assert rt.kernel is None and rt.wrapper.__name__ == rt.name  # the region: torch calls on CPU, Triton on CUDA
+    launches = triton_run.counters["launches"]
+    with ds.config.patch(triton="cpu"):  # what a device tensor would get, shown with the interpreter's path
+        assert rt._make_device_fn() is not None
+    assert triton_run.counters["launches"] == launches
