@@ -8,7 +8,6 @@ import textwrap
 import warnings
 
 import pytest
-
 import torch
 import torch.nn.functional as F
 
