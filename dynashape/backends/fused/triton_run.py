@@ -178,7 +178,8 @@ class TritonKernel:
         x, r, warps = cfg
         rows = n_outer * n_inner if self.spec.flat else n_outer
         grid = ((rows + x - 1) // x,)
-        self.kernel[grid](*args, XBLOCK=x, RBLOCK=r, num_warps=warps)
+        contig = all(t.is_contiguous() for t in args[:self.spec.n_in])
+        self.kernel[grid](*args, XBLOCK=x, RBLOCK=r, CONTIG=contig, num_warps=warps)
 
     def _time(self, args, n_outer: int, n_inner: int, cfg) -> float:
         import triton.testing

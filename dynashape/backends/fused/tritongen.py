@@ -234,6 +234,11 @@ class _Scope:
                     continue
                 off = off + i * sympy.Symbol(f"st{buf}_{d}", integer=True)
             text = texpr(off)
+            if n.kind == "load" and tuple(idx) == tuple(g.ir.vars) and tuple(shape) == tuple(g.region.domain):
+                # every input row-major (CONTIG, decided per launch): the element's flat index, which
+                # Triton sees is contiguous (vector loads), where the strided sum of i0, i1... is not
+                flat = "f" if g.flat else "(o * n_inner + rr)"
+                text = f"({flat} if CONTIG else {text})"
             if n.kind == "gather":
                 t = self.name(n.args[0])
                 ok = f"(({t} >= 0) & ({t} < {texpr(n.key[3])}))"
@@ -364,7 +369,7 @@ class TritonGen:
         params = [f"in{i}" for i in range(len(r.inputs))] + [f"out{i}" for i in range(len(self.outputs))]
         params += [s.name for s in symbols]
         strides = [f"st{i}_{d}" for i, t in enumerate(r.inputs) for d in range(len(t.meta.shape))]
-        params += strides + ["XBLOCK: tl.constexpr", "RBLOCK: tl.constexpr"]
+        params += strides + ["XBLOCK: tl.constexpr", "RBLOCK: tl.constexpr", "CONTIG: tl.constexpr"]
         L = ["import triton", "import triton.language as tl", "from dynashape.backends.fused import tmath as TM", "",
              "",  # sizes are not specialized (one kernel for all); strides are, so unit strides load contiguously
              f"@triton.jit(do_not_specialize={[s.name for s in symbols]!r})",
