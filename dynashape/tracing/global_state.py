@@ -146,6 +146,9 @@ def intercept_global_state(tracer):
                 current = getattr(owner, name)
                 if current is not _ROUTERS[key]:  # what is there now (the user may have wrapped it)
                     _ORIGINAL[key] = current
+                # torch imports torch._dynamo lazily, maybe while we trace: its table of torch functions,
+                # built then, must hold the original (F.pad then graph-broke on are_deterministic_...)
+                _ROUTERS[key]._torchdynamo_inline = _ORIGINAL[key]
                 setattr(owner, name, _ROUTERS[key])
             torch.autograd.Function.apply = classmethod(_function_apply)
         _users += 1
