@@ -27,8 +27,8 @@ import torch
 
 from ..ir.graph import Node
 from ..symbolic.errors import DynashapeError
-from ..symbolic.functions import (CeilToInt, CleanDiv, FloorDiv, FloorToInt, IntTrueDiv, Mod, ToFloat,
-                                  TruncToInt)
+from ..symbolic.functions import (FLOAT_OPS, MATH_CALLS, CeilToInt, CleanDiv, FloorDiv, FloorToInt, IntTrueDiv,
+                                  Mod, ToFloat, TruncToInt)
 from ..tracing.names import target_name
 
 
@@ -156,6 +156,7 @@ _FUNCS = {
     "And": sympy.And, "Or": sympy.Or, "Not": sympy.Not, "Max": sympy.Max, "Min": sympy.Min, "Abs": sympy.Abs,
     "FloorDiv": FloorDiv, "CleanDiv": CleanDiv, "Mod": Mod, "IntTrueDiv": IntTrueDiv, "ToFloat": ToFloat,
     "FloorToInt": FloorToInt, "CeilToInt": CeilToInt, "TruncToInt": TruncToInt,
+    **{f.__name__: f for f in FLOAT_OPS.values()}, **{f.__name__: f for f in MATH_CALLS.values()},
 }
 _BINOPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
            ast.Pow: operator.pow, ast.BitAnd: sympy.And, ast.BitOr: sympy.Or}

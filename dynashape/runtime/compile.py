@@ -39,7 +39,7 @@ from . import wrappers as _wrappers
 from . import stance as _stance
 from .errors import RecompileError
 from .annotations import _ATTR as _MARKS
-from .module_ints import symbolic_int_attributes
+from .module_scalars import symbolic_attributes
 from .pystate import PyState
 from ..tracing.pyenv import trace_environment
 from .policy import FrameState, make_policy
@@ -325,9 +325,10 @@ class CompiledFunction:
                         state.copied(fake[name], src)
             call_args, call_kwargs = self._call_args(fake, args, kwargs)
             with contextlib.ExitStack() as stack:
-                if config.allow_unspec_int_on_nn_module and modules:
-                    unspec = stack.enter_context(symbolic_int_attributes(
-                        tracer, modules, self.frame_state, self.dynamic is None and config.automatic_dynamic_shapes))
+                if modules:  # float attributes follow the float policy; ints only when allowed
+                    unspec = stack.enter_context(symbolic_attributes(
+                        tracer, modules, self.frame_state, self.dynamic is None and config.automatic_dynamic_shapes,
+                        config.allow_unspec_int_on_nn_module))
                 state.skip_attrs = unspec
                 for src, m in modules:
                     why = _fleet.opaque_reason(m) if m is not self._module else None

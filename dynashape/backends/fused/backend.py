@@ -158,6 +158,7 @@ class RegionRuntime:
                 outs.append((o, lw.xent_lse(o), "row"))
                 self.n_aux += 1
         self.spec = CppGen(region, lw.ir, outs).generate()
+        self.formulas = {sym: expr for expr, sym in lw.float_exprs.items()}  # computed by the caller
         sym_set = set(self.spec.symbols)
         for o in region.outputs:
             for s in o.meta.shape:
@@ -490,7 +491,8 @@ def rewrite(g: Graph, rts: list) -> Graph:
             if rt is None:
                 continue
             r = rt.region
-            args = [new[t] for t in r.inputs] + [SymExpr(s) for s in rt.symbols]
+            args = [new[t] for t in r.inputs] + [SymExpr(rt.formulas[s], float) if s in rt.formulas else SymExpr(s)
+                                                 for s in rt.symbols]
             metas = tuple(o.meta for o in r.outputs)
             if len(r.outputs) == 1:
                 o = r.outputs[0]
