@@ -141,10 +141,21 @@ _FUNCTION_APPLY = torch.autograd.Function.__dict__["apply"]  # a classmethod: ke
 def _function_apply(cls, *args, **kwargs):
     """`MyFunction.apply(x)` while this thread traces: its forward runs with grad off and its own
     backward would be lost if its ops were recorded as plain calls, so the call runs eagerly."""
-    if getattr(_local, "handlers", None):
+    if getattr(_local, "handlers", None) and not getattr(_local, "apply_as_is", False):
         raise GraphBreak(f"torch.autograd.Function {cls.__name__}.apply (its custom backward is not traced)",
                          user_location(), "The call runs eagerly, with the Function's own backward.")
     return _FUNCTION_APPLY.__func__(cls, *args, **kwargs)
+
+
+@contextlib.contextmanager
+def function_apply_as_is():
+    """Function.apply runs as it is: a meta call made for eager's autograd history (a custom op's
+    own autograd kernel is a Function), not the user's code."""
+    saved, _local.apply_as_is = getattr(_local, "apply_as_is", False), True
+    try:
+        yield
+    finally:
+        _local.apply_as_is = saved
 
 
 @contextlib.contextmanager
