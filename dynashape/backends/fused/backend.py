@@ -227,6 +227,7 @@ class RegionRuntime:
             exec_source(self.backward.source, "fused-backward", ns)
             fn = ds_compile(ns[f"{self.name}_backward"], dynamic=True, backend="fused")
             fn.rank_local = True  # a collective inside autograd's backward would interleave with DDP's
+            fn.internal = True  # compiled at the first backward: the user's stance is not about it
             self._backward_fn = fn
         return self._backward_fn
 
