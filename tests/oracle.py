@@ -77,3 +77,22 @@ def no_equality_guards(cf):
     """Guards beyond the inputs' own checks (size ranges, tensor checks) that pin a size."""
     return [g for g in cf.entries[0].guards
             if "==" in g and not g.startswith("check_tensor") and not g.startswith("torch.")]
+
+
+def torch_compile_graphs(fn, calls, dynamo_config=None, **options):
+    """How many graphs torch.compile compiles for `fn` over `calls` (tuples of args), counted by a
+    backend that runs each graph as it is: the peer's count a test compares ours with.
+    `dynamo_config`: torch._dynamo.config settings for the run."""
+    import torch._dynamo
+    torch._dynamo.reset()
+    count = [0]
+
+    def counting(gm, example_inputs):
+        count[0] += 1
+        return gm.forward
+    compiled = torch.compile(fn, backend=counting, **options)
+    with torch._dynamo.config.patch(**(dynamo_config or {})):
+        for args in calls:
+            compiled(*args)
+    torch._dynamo.reset()
+    return count[0]

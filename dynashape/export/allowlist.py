@@ -27,8 +27,9 @@ import torch
 
 from ..ir.graph import Node
 from ..symbolic.errors import DynashapeError
-from ..symbolic.functions import (CeilToInt, CleanDiv, FloorDiv, FloorToInt, IntTrueDiv, Mod, ToFloat,
-                                  TruncToInt)
+from ..symbolic.functions import (FLOAT_OPS, MATH_CALLS, CeilToInt, CleanDiv, FloorDiv, FloorToInt, IntTrueDiv,
+                                  Mod, ToFloat, TruncToInt)
+from ..tracing.custom_ops import custom_overload, python_fake
 from ..tracing.names import target_name
 
 
@@ -67,7 +68,8 @@ _DENY = {"load", "save", "from_file", "compile", "export", "set_default_dtype", 
 
 # dynashape's own callables that graphs may record (a runtime assert, a data guard)
 _DYNASHAPE = {"dynashape.tracing.checks.runtime_check": ("dynashape.tracing.checks", "runtime_check"),
-              "dynashape.tracing.speculate.data_guard": ("dynashape.tracing.speculate", "data_guard")}
+              "dynashape.tracing.speculate.data_guard": ("dynashape.tracing.speculate", "data_guard"),
+              "dynashape.tracing.custom_ops.check_output": ("dynashape.tracing.custom_ops", "check_output")}
 
 
 def resolve_target(name: str):
@@ -80,6 +82,8 @@ def resolve_target(name: str):
     parts = name.split(".")
     if name.startswith("torch.ops.aten.") and len(parts) in (4, 5):
         return _resolve_aten(name, parts)
+    if name.startswith("torch.ops.") and len(parts) == 5:
+        return _resolve_custom(name, parts)
     refuse = LoadError(f"the file calls {name!r}, which is not an allowed torch operation; only torch.*, "
                        f"torch.Tensor.*, torch.nn.functional.*, torch.special/linalg/fft.* operations and a few "
                        f"of operator.* and math.* can be loaded")
@@ -128,6 +132,25 @@ def _resolve_aten(name: str, parts: list[str]):
     return target
 
 
+def _resolve_custom(name: str, parts: list[str]):
+    """`torch.ops.<ns>.<op>.<overload>`: a custom operator this process registered with
+    torch.library, with its fake; looked up by name, never imported."""
+    ns, op, overload = parts[2:]
+    qualname = f"{ns}::{op}" + ("" if overload == "default" else f".{overload}")
+    target = None
+    if all(p.isidentifier() and not p.startswith("_") for p in parts[2:]):
+        try:  # raises for an operator nobody registered; a fake registers a Meta kernel
+            if torch._C._dispatch_has_kernel_for_dispatch_key(qualname, "Meta"):
+                target = getattr(getattr(getattr(torch.ops, ns), op), overload)
+        except (RuntimeError, AttributeError):
+            target = None
+    if target is None or custom_overload(target) is not target or python_fake(target) is None:
+        raise LoadError(f"the file calls {name!r}, a custom operator this process has not registered with a fake: "
+                        f"import the module that defines it (torch.library.custom_op and register_fake) before "
+                        f"ds.load")
+    return target
+
+
 def _same_target(a, b) -> bool:
     if a is b:
         return True
@@ -156,6 +179,7 @@ _FUNCS = {
     "And": sympy.And, "Or": sympy.Or, "Not": sympy.Not, "Max": sympy.Max, "Min": sympy.Min, "Abs": sympy.Abs,
     "FloorDiv": FloorDiv, "CleanDiv": CleanDiv, "Mod": Mod, "IntTrueDiv": IntTrueDiv, "ToFloat": ToFloat,
     "FloorToInt": FloorToInt, "CeilToInt": CeilToInt, "TruncToInt": TruncToInt,
+    **{f.__name__: f for f in FLOAT_OPS.values()}, **{f.__name__: f for f in MATH_CALLS.values()},
 }
 _BINOPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
            ast.Pow: operator.pow, ast.BitAnd: sympy.And, ast.BitOr: sympy.Or}

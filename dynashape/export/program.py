@@ -207,13 +207,13 @@ def _compile_value(expr):
         v = int(expr)
         return lambda V: v
     text = pyexpr(expr, lambda s: f"V[{s.name!r}]")
-    return eval(compile(f"lambda V: int({text})", "<dynashape-export-size>", "eval"), {})
+    return eval(compile(f"lambda V: int({text})", "<dynashape-export-size>", "eval"), {"math": math})
 
 
 def _compile_condition(expr):
     """`fn(values) -> bool` for a condition over symbols; values maps symbol names to ints."""
     text = pyexpr(expr, lambda s: f"V[{s.name!r}]")
-    fn = eval(compile(f"lambda V: bool({text})", "<dynashape-export-check>", "eval"), {})
+    fn = eval(compile(f"lambda V: bool({text})", "<dynashape-export-check>", "eval"), {"math": math})
     return fn
 
 

@@ -84,7 +84,7 @@ def build_guards(tracer, env, *, globals_=None, closure=None, modules=(), grad_e
     """`symbolic_attributes`: (id(module), name) of int attributes traced as SymInts (their
     ValueInputs check the type; the module-state check leaves their value free).
     `state_guard(L)`: the Python-state checks (runtime/pystate.py), run first: None when they hold."""
-    ns = {"torch": torch, "G": globals_ if globals_ is not None else {}, "C": closure or ()}
+    ns = {"torch": torch, "math": math, "G": globals_ if globals_ is not None else {}, "C": closure or ()}
     local_of: dict[Source, str] = {}
     shape_of: dict[Source, str] = {}
     lines: list[str] = []

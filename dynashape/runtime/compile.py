@@ -39,7 +39,7 @@ from . import wrappers as _wrappers
 from . import stance as _stance
 from .errors import RecompileError
 from .annotations import _ATTR as _MARKS
-from .module_ints import symbolic_int_attributes
+from .module_scalars import symbolic_attributes
 from .pystate import PyState
 from ..tracing.pyenv import trace_environment
 from .policy import FrameState, make_policy
@@ -144,6 +144,7 @@ class CompiledFunction:
         # not agreed across ranks by compiler collectives: a fused region's generated backward, run by
         # autograd while DDP all-reduces (its sizes follow the forward's, which the ranks agreed on)
         self.rank_local = False
+        self.internal = False  # dynashape's own generated function (that backward): stances are the user's
         self._ran_eagerly = False  # eager_then_compile: the first call has run
         functools.update_wrapper(self, fn)
         _ALL.add(self)
@@ -166,7 +167,7 @@ class CompiledFunction:
     def __call__(self, *args, **kwargs):
         if self._module is not None:
             args = (self._module,) + args
-        stance = _stance._current[0]
+        stance = _stance._current[0] if not self.internal else "default"
         if stance == "force_eager" or _tracing_state.is_tracing():  # inside another trace: inline it
             return self._fn(*args, **kwargs)
         if self._fell_back and not kwargs:  # past the limit: sizes seen to miss every entry run eagerly at once
@@ -178,13 +179,15 @@ class CompiledFunction:
         e = self._cache.lookup(L, shape)
         if _COLLECTIVES_ON[0] and not self.rank_local and _fleet.agree(self, e is None) and e is not None:
             return self._miss(L, args, kwargs, stance, other_rank=True)  # another rank recompiles: so do we
+        if e is None and stance == "eager_on_recompile":  # entries that accept the call still run
+            return self._fn(*args, **kwargs)
         if e is not None:
             if e.fn is None:
                 return self._fn(*args, **kwargs)
             try:
                 return e.fn(L)
             except SideExit as x:  # this call's data takes a branch the entry has not compiled
-                return self._side_exit(e, x, L, args, kwargs)
+                return self._side_exit(e, x, L, args, kwargs, stance)
         if self._fell_back and len(self.entries) >= config.recompile_limit:  # past the limit: eager, cheaply
             if not kwargs and len(self._eager_keys) < _EAGER_KEYS:
                 # the next call with these sizes skips binding and the lookup. Sound whatever else the
@@ -218,7 +221,7 @@ class CompiledFunction:
                 reasons += e.guard_set.explain(L) or ["guards failed"]
             if len(self.entries) > _EXPLAINED:
                 reasons.append(f"... and {len(self.entries) - _EXPLAINED} older entries")
-            reasons = self.frame_state.advise(reasons, L, self)
+            reasons = list(dict.fromkeys(self.frame_state.advise(reasons, L, self)))  # entries failing alike
             if stance == "fail_on_recompile":
                 raise RecompileError(f"{self.__name__} ({self._where()}) would recompile under stance "
                                      f"'fail_on_recompile':\n" + "\n".join(f"  - {r}" for r in reasons), reasons)
@@ -229,6 +232,10 @@ class CompiledFunction:
                          "\n".join(f"    - {r}" for r in reasons))
             if len(self.entries) >= config.recompile_limit:
                 return self._limit_hit(args, kwargs, reasons)
+        elif stance == "fail_on_recompile":  # as torch.compile's stance: its first compile too
+            raise RecompileError(f"{self.__name__} ({self._where()}) would compile for the first time under stance "
+                                 "'fail_on_recompile'; call it once before setting the stance",
+                                 ["first compile"])
         return self._compile_and_run(L, args, kwargs)
 
     def _call_shape(self, args, kwargs):
@@ -255,12 +262,12 @@ class CompiledFunction:
         return f"{os.path.basename(code.co_filename)}:{code.co_firstlineno}" if code else "?"
 
     # ------------------------------------------------------------------ compiling
-    def _side_exit(self, e, x, L, args, kwargs):
+    def _side_exit(self, e, x, L, args, kwargs, stance="default"):
         """Nothing before the data guard was visible outside: run the call again from its start,
         tracing the path its data takes (added to the entry's tree), or eagerly past the limit."""
         self.stats.side_exits += 1
         tree = e.tree
-        if tree is None or tree.closed:
+        if tree is None or tree.closed or stance == "eager_on_recompile":
             return self._fn(*args, **kwargs)
         reason = f"side exit: {x.reason()}"
         if len(tree.paths) >= config.speculation_paths:
@@ -268,7 +275,7 @@ class CompiledFunction:
             self.stats.graph_breaks.append(tree.closed)
             logging.getLogger("dynashape.graph_breaks").info("graph break in %s: %s", self.__name__, tree.closed)
             return self._fn(*args, **kwargs)
-        if _stance._current[0] == "fail_on_recompile":
+        if stance == "fail_on_recompile":
             raise RecompileError(f"{self.__name__} ({self._where()}) would trace a new path under stance "
                                  f"'fail_on_recompile':\n  - {reason}", [reason])
         self.stats.add_reasons([reason])
@@ -325,9 +332,10 @@ class CompiledFunction:
                         state.copied(fake[name], src)
             call_args, call_kwargs = self._call_args(fake, args, kwargs)
             with contextlib.ExitStack() as stack:
-                if config.allow_unspec_int_on_nn_module and modules:
-                    unspec = stack.enter_context(symbolic_int_attributes(
-                        tracer, modules, self.frame_state, self.dynamic is None and config.automatic_dynamic_shapes))
+                if modules:  # float attributes follow the float policy; ints only when allowed
+                    unspec = stack.enter_context(symbolic_attributes(
+                        tracer, modules, self.frame_state, self.dynamic is None and config.automatic_dynamic_shapes,
+                        config.allow_unspec_int_on_nn_module))
                 state.skip_attrs = unspec
                 for src, m in modules:
                     why = _fleet.opaque_reason(m) if m is not self._module else None

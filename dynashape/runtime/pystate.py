@@ -577,8 +577,10 @@ def vars_or_none(v):
 
 
 def _is_c_callable(v) -> bool:
-    """A callable object implemented in C or by a library (a torch op, a functools.partial)."""
-    return not hasattr(type(v), "__call__") or type(v).__module__ in ("builtins", "functools")
+    """A callable object implemented in C or by a library (a torch op, a functools.partial, a
+    torch.library custom op, whose own bookkeeping changes at its first call)."""
+    module = type(v).__module__ or ""
+    return not hasattr(type(v), "__call__") or module in ("builtins", "functools") or module.split(".")[0] == "torch"
 
 
 def _marks_ok(marks, compiled, dynamic_dims) -> bool:

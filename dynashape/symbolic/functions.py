@@ -18,13 +18,15 @@ s0 + 1
 from __future__ import annotations
 
 import math
+import operator
 
 import sympy
 
 __all__ = [
     "FloorDiv", "CleanDiv", "CeilDiv", "Mod", "IntTrueDiv", "ToFloat",
     "FloorToInt", "CeilToInt", "TruncToInt", "Max", "Min", "BitwiseAnd", "BitwiseOr", "BitwiseXor",
-    "LShift", "RShift",
+    "LShift", "RShift", "FloatAdd", "FloatSub", "FloatMul", "FloatTrueDiv", "FloatFloorDiv", "FloatMod",
+    "FloatPow", "FLOAT_OPS", "MATH_CALLS",
 ]
 
 Max = sympy.Max
@@ -268,6 +270,84 @@ class ToFloat(sympy.Function):
         if isinstance(x, sympy.Float):
             return x
         return None
+
+
+# ---------------------------------------------------------------- float arithmetic, as Python rounds it
+class _FloatOp(sympy.Function):
+    """A float operation exactly as Python computes it. Sympy would reassociate `s*0.1*3` into
+    `0.3*s` and cancel `(s + 1e16) - 1e16` into `s`, which round differently from the program;
+    these stay as written and fold only when both arguments are numbers, through Python's own
+    operator (an error or a non-finite result stays unfolded: the program decides at run time).
+
+    >>> s = sympy.Symbol("s", real=True)
+    >>> FloatMul(FloatMul(s, 0.1), 3).xreplace({s: sympy.Float(5.159088058806049)})
+    1.54772641764181
+    """
+
+    nargs = (2,)
+    is_real = True
+    _py = None  # the Python operator, set by subclasses
+
+    @classmethod
+    def eval(cls, a, b):
+        a, b = _py_number(_fold_numeric(a)), _py_number(_fold_numeric(b))
+        if a is None or b is None:
+            return None
+        try:
+            v = cls._py(a, b)
+        except (ArithmeticError, ValueError):
+            return None
+        return sympy.Float(v) if isinstance(v, float) and math.isfinite(v) else None
+
+
+def _py_number(x):
+    """The Python int or float a sympy number stands for; None for anything else."""
+    if isinstance(x, sympy.Integer):
+        return int(x)
+    if isinstance(x, sympy.Float) and x.is_finite:
+        return float(x)
+    return None
+
+
+def _float_op(name: str, py, doc: str = "") -> type:
+    return type(name, (_FloatOp,), {"_py": staticmethod(py), "__doc__": doc or f"Python's float `{name}`."})
+
+
+FloatAdd = _float_op("FloatAdd", operator.add)
+FloatSub = _float_op("FloatSub", operator.sub)
+FloatMul = _float_op("FloatMul", operator.mul)
+FloatTrueDiv = _float_op("FloatTrueDiv", operator.truediv)
+FloatFloorDiv = _float_op("FloatFloorDiv", operator.floordiv,
+                          "Python's `a // b` on floats: a float (`1.0 // 0.1` is 9.0, not floor(1.0 / 0.1) = 10).")
+FloatMod = _float_op("FloatMod", operator.mod)
+FloatPow = _float_op("FloatPow", operator.pow)
+FLOAT_OPS = {"add": FloatAdd, "sub": FloatSub, "mul": FloatMul, "truediv": FloatTrueDiv,
+             "floordiv": FloatFloorDiv, "mod": FloatMod, "pow": FloatPow}
+
+
+class _MathCall(sympy.Function):
+    """`math.<fn>(x)` as Python computes it (x a float, or an int Python converts); folds on numbers."""
+
+    nargs = (1,)
+    is_real = True
+    _math = ""  # the name in `math`, set per class
+
+    @classmethod
+    def eval(cls, x):
+        x = _py_number(_fold_numeric(x))
+        if x is None:
+            return None
+        try:
+            v = getattr(math, cls._math)(x)
+        except (ArithmeticError, ValueError):
+            return None
+        return sympy.Float(v) if math.isfinite(v) else None
+
+
+# math.sqrt(s) -> MathSqrt(s): `1 / math.sqrt(head_dim)` stays symbolic, as under torch.compile
+MATH_CALLS = {n: type(f"Math{n.capitalize()}", (_MathCall,), {"_math": n})
+              for n in ("sqrt", "exp", "log", "log2", "log10", "sin", "cos", "tan", "sinh", "cosh", "tanh", "asin",
+                        "acos", "atan")}
 
 
 class _ToInt(sympy.Function):

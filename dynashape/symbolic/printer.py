@@ -1,7 +1,8 @@
 """Print sympy shape formulas as Python source, and as short log text.
 
-`pyexpr` output evaluates with builtins only (no `math`, no sympy) to the
-value sympy gives with Python ints, floats and bools substituted:
+`pyexpr` output evaluates with builtins only (no sympy; `math` only for the
+`math.sqrt(s)`-style calls of float formulas) to the value sympy gives with
+Python ints, floats and bools substituted:
 
 >>> s0, s1 = sympy.symbols("s0 s1", integer=True, positive=True)
 >>> pyexpr(sympy.Eq(Mod(s0 + s1, 8), 0))
@@ -20,7 +21,8 @@ from sympy.logic.boolalg import BooleanAtom
 from sympy.printing.str import StrPrinter
 
 from .functions import (
-    BitwiseAnd, BitwiseOr, BitwiseXor, CeilToInt, FloorDiv, FloorToInt, IntTrueDiv, Mod, ToFloat, TruncToInt,
+    BitwiseAnd, BitwiseOr, BitwiseXor, CeilToInt, FloatAdd, FloatFloorDiv, FloatMod, FloatMul, FloatPow, FloatSub,
+    FloatTrueDiv, FloorDiv, FloorToInt, IntTrueDiv, MATH_CALLS, Mod, ToFloat, TruncToInt,
 )
 
 __all__ = ["pyexpr", "sympy_str"]
@@ -198,6 +200,17 @@ class _Printer:
             return f"{self.wrap(e.args[0], MUL)} {op} {self.wrap(e.args[1], UNARY)}", MUL
         return f"{self.int_operand(e.args[0], MUL)} {op} {self.int_operand(e.args[1], UNARY)}", MUL
 
+    def float_op(self, e) -> tuple[str, int]:
+        # Python's own operator, left-associative: `(s * 0.1) * 3` prints as `s * 0.1 * 3`
+        op, prec = _FLOAT_OP[type(e)]
+        a, b = e.args
+        if op == "**":
+            return f"{self.wrap(a, ATOM)} ** {self.wrap(b, UNARY)}", POW
+        return f"{self.wrap(a, prec)} {op} {self.wrap(b, prec + 1)}", prec
+
+    def math_call(self, e) -> tuple[str, int]:
+        return f"math.{e._math}({self(e.args[0])[0]})", ATOM  # the namespace has `math`
+
     def bitop(self, e) -> tuple[str, int]:
         # & | ^ bind looser than comparisons' operands need, tighter than comparisons: parenthesise
         op = {BitwiseAnd: "&", BitwiseOr: "|", BitwiseXor: "^"}[type(e)]
@@ -262,6 +275,8 @@ def _is_negative_term(t: sympy.Expr) -> bool:
     return t.as_coeff_Mul()[0].is_negative is True
 
 
+_FLOAT_OP = {FloatAdd: ("+", ADD), FloatSub: ("-", ADD), FloatMul: ("*", MUL), FloatTrueDiv: ("/", MUL),
+             FloatFloorDiv: ("//", MUL), FloatMod: ("%", MUL), FloatPow: ("**", POW)}
 _CALLS = {sympy.Max: "max", sympy.Min: "min", sympy.Abs: "abs", ToFloat: "float", TruncToInt: "int"}
 _P = _Printer
 _DISPATCH: dict[type, Callable] = {
@@ -272,6 +287,8 @@ _DISPATCH: dict[type, Callable] = {
     Mod: _P.mod,
     IntTrueDiv: _P.truediv,
     BitwiseAnd: _P.bitop, BitwiseOr: _P.bitop, BitwiseXor: _P.bitop,
+    **{fn: _P.float_op for fn in _FLOAT_OP},
+    **{fn: _P.math_call for fn in MATH_CALLS.values()},
     **{fn: _P.call for fn in _CALLS},
     FloorToInt: _P.floor_to_int,
     CeilToInt: _P.ceil_to_int,

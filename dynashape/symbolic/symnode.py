@@ -10,8 +10,8 @@ import operator
 
 import sympy
 
-from .functions import (BitwiseAnd, BitwiseOr, BitwiseXor, CeilToInt, FloorDiv, FloorToInt, IntTrueDiv,
-                        LShift, Max, Min, Mod, RShift, ToFloat, TruncToInt)
+from .functions import (FLOAT_OPS, MATH_CALLS, BitwiseAnd, BitwiseOr, BitwiseXor, CeilToInt, FloorDiv, FloorToInt,
+                        IntTrueDiv, LShift, Max, Min, Mod, RShift, ToFloat, TruncToInt)
 from .printer import sympy_str
 
 
@@ -66,6 +66,8 @@ class SymNode:
         if op in ("and", "or"):
             expr = sympy.And(a, b) if op == "and" else sympy.Or(a, b)
             return self._make(expr, bool, None if both is None else _PYOP[op](*both))
+        if num is float and op in FLOAT_OPS:  # in the program's order, rounded as Python rounds
+            return self._make(FLOAT_OPS[op](a, b), float, None if both is None else _FLOAT_PYOP[op](*both))
         if op == "truediv":
             expr = IntTrueDiv(a, b) if num is int else a / b
             return self._make(expr, float, None if both is None else ha / hb)
@@ -99,6 +101,9 @@ class SymNode:
         if op == "float":
             return self._make(ToFloat(a) if self.pytype is not float else a, float,
                               None if h is None else float(h))
+        if op in MATH_CALLS:  # the hint first: math.sqrt(-1.0) raises here as in eager
+            hint = None if h is None else getattr(math, op)(h)
+            return self._make(MATH_CALLS[op](a), float, hint)
         if op in ("trunc", "floor", "ceil"):
             if self.pytype is int:
                 return self
@@ -165,6 +170,8 @@ class SymNode:
         return None
 
 
+_FLOAT_PYOP = {"add": operator.add, "sub": operator.sub, "mul": operator.mul, "truediv": operator.truediv,
+               "floordiv": operator.floordiv, "mod": operator.mod, "pow": operator.pow}
 _REL = {"eq": sympy.Eq, "ne": sympy.Ne, "lt": sympy.Lt, "le": sympy.Le, "gt": sympy.Gt, "ge": sympy.Ge}
 _SYMOP = {"add": operator.add, "sub": operator.sub, "mul": operator.mul, "bitand": BitwiseAnd,
           "bitor": BitwiseOr, "bitxor": BitwiseXor, "lshift": LShift, "rshift": RShift}

@@ -127,7 +127,9 @@ class SymFloat(SymBase):
         return self.node.float_()
 
     def __int__(self) -> int:
-        return int(float(self))
+        # int() must return an int: the truncated value is guarded (`int(s * 4) == 6`), not the float
+        t = wrap_node(self.node.unary("trunc"))
+        return t if isinstance(t, int) else int(t)
 
     def __trunc__(self):
         return wrap_node(self.node.unary("trunc"))

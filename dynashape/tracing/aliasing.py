@@ -30,11 +30,25 @@ FRESH |= COMPUTES
 
 
 def is_inplace(func, kwargs) -> bool:
-    """An in-place method (`add_`), an in-place dunder (`__iadd__`, `__setitem__`) or an `out=` call."""
+    """An in-place method (`add_`), an in-place dunder (`__iadd__`, `__setitem__`), an `out=` call, or an
+    operator whose schema writes an argument (`torch.ops.aten.add_.Tensor`, a custom op's `mutates_args`)."""
+    if isinstance(func, torch._ops.OpOverload):
+        return func._schema.is_mutable
     name = getattr(func, "__name__", "")
     if name in INPLACE_DUNDERS or (name.endswith("_") and not name.startswith("_")):
         return True
     return kwargs.get("out") is not None
+
+
+def written(func, args, kwargs):
+    """What an in-place call changes: the schema's written arguments, the `out=` tensors, or `self`."""
+    if isinstance(func, torch._ops.OpOverload):
+        params = func._schema.arguments
+        return [args[i] if i < len(args) else kwargs.get(p.name) for i, p in enumerate(params)
+                if p.alias_info is not None and p.alias_info.is_write]
+    if kwargs.get("out") is not None:
+        return kwargs["out"]
+    return args[0] if args else None
 
 
 def odd_layout(meta: torch.Tensor) -> bool:

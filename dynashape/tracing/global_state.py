@@ -17,12 +17,14 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import math
 import threading
 
 import torch
 
 from ..symbolic.errors import DataDependentError
-from ..symbolic.symtypes import SymInt, sym_max, sym_min
+from ..symbolic.functions import MATH_CALLS
+from ..symbolic.symtypes import SymBase, SymBool, SymInt, sym_max, sym_min, wrap_node
 from ..symbolic.userloc import user_location
 from .errors import GraphBreak
 from .state import current_tracer
@@ -40,6 +42,7 @@ _BREAKS = ("set_default_dtype", "set_default_device", "set_rng_state", "use_dete
 _POINTS = [(torch, "manual_seed", "manual_seed"), (torch.random, "manual_seed", "manual_seed"),
            (builtins, "print", "print"), (builtins, "max", "max"), (builtins, "min", "min")]
 _POINTS += [(torch, n, n) for n in FLAG_GETTERS + _BREAKS if hasattr(torch, n)]
+_POINTS += [(math, n, f"math.{n}") for n in MATH_CALLS]
 _ORIGINAL = {key: getattr(owner, name) for owner, name, key in _POINTS}
 _lock = threading.Lock()
 _users = 0  # traces running, on any thread
@@ -92,8 +95,19 @@ def _handlers(tracer) -> dict:
     out = {"manual_seed": manual_seed, "print": print_, "max": _min_max("max", sym_max),
            "min": _min_max("min", sym_min)}
     out.update({n: flag_reader(n) for n in FLAG_GETTERS if n in _ORIGINAL})
+    out.update({f"math.{n}": _math_call(n) for n in MATH_CALLS})
     out.update({n: refuse(n) for n in _BREAKS if n in _ORIGINAL})
     return out
+
+
+def _math_call(name):
+    """`math.sqrt(d)` of a symbolic int or float: a symbolic float, as torch.compile gives, instead
+    of a specialization (a plain number goes to `math`)."""
+    def fn(*args):
+        if len(args) == 1 and isinstance(args[0], SymBase) and not isinstance(args[0], SymBool):
+            return wrap_node(args[0].node.unary(name))
+        return _ORIGINAL[f"math.{name}"](*args)
+    return fn
 
 
 def _min_max(name, sym_fn):
@@ -127,10 +141,21 @@ _FUNCTION_APPLY = torch.autograd.Function.__dict__["apply"]  # a classmethod: ke
 def _function_apply(cls, *args, **kwargs):
     """`MyFunction.apply(x)` while this thread traces: its forward runs with grad off and its own
     backward would be lost if its ops were recorded as plain calls, so the call runs eagerly."""
-    if getattr(_local, "handlers", None):
+    if getattr(_local, "handlers", None) and not getattr(_local, "apply_as_is", False):
         raise GraphBreak(f"torch.autograd.Function {cls.__name__}.apply (its custom backward is not traced)",
                          user_location(), "The call runs eagerly, with the Function's own backward.")
     return _FUNCTION_APPLY.__func__(cls, *args, **kwargs)
+
+
+@contextlib.contextmanager
+def function_apply_as_is():
+    """Function.apply runs as it is: a meta call made for eager's autograd history (a custom op's
+    own autograd kernel is a Function), not the user's code."""
+    saved, _local.apply_as_is = getattr(_local, "apply_as_is", False), True
+    try:
+        yield
+    finally:
+        _local.apply_as_is = saved
 
 
 @contextlib.contextmanager
@@ -146,6 +171,9 @@ def intercept_global_state(tracer):
                 current = getattr(owner, name)
                 if current is not _ROUTERS[key]:  # what is there now (the user may have wrapped it)
                     _ORIGINAL[key] = current
+                # torch imports torch._dynamo lazily, maybe while we trace: its table of torch functions,
+                # built then, must hold the original (F.pad then graph-broke on are_deterministic_...)
+                _ROUTERS[key]._torchdynamo_inline = _ORIGINAL[key]
                 setattr(owner, name, _ROUTERS[key])
             torch.autograd.Function.apply = classmethod(_function_apply)
         _users += 1

@@ -16,6 +16,7 @@ from torch.overrides import TorchFunctionMode
 
 from ..symbolic.userloc import user_location
 from .errors import GraphBreak
+from . import custom_ops
 from .datadep import HANDLERS, NOT_MINE
 from .fake import FakeTensor
 from .meta import get_rule
@@ -102,6 +103,8 @@ class TracingMode(TorchFunctionMode):
             out = func(*args, **kwargs)  # a property: non-tensor metadata answers directly
             if not isinstance(out, torch.Tensor):
                 return out
+        if custom_ops.custom_overload(func) is not None:  # torch.library ops: their fake gives the shapes
+            return custom_ops.call(tr, self, func, args, kwargs)
         rule = get_rule(func)
         if rule is None and self._decomposable(func):
             return self._decompose(func, args, kwargs)

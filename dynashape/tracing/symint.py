@@ -31,14 +31,10 @@ def _passthrough_ops(cls_name):
 
 
 def _math_fns():
-    """`math.sqrt(n)`-style calls land on `__sym_<fn>__`: evaluate through float()."""
-    import math
-    out = {}
-    for fn in ("sqrt", "cos", "sin", "tan", "cosh", "sinh", "tanh", "exp", "log", "asin", "acos", "atan",
-               "log2"):
-        f = getattr(math, fn)
-        out[f"__sym_{fn}__"] = (lambda f: lambda self: f(float(self)))(f)
-    return out
+    """`torch._sym_sqrt(n)`-style calls land on `__sym_<fn>__`: a symbolic float (tracing/global_state.py
+    sends `math.sqrt(n)` here too)."""
+    from ..symbolic.functions import MATH_CALLS
+    return {f"__sym_{fn}__": (lambda fn: lambda self: wrap_node(self.node.unary(fn)))(fn) for fn in MATH_CALLS}
 
 
 def _value(self):

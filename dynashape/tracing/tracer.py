@@ -26,7 +26,7 @@ from . import autocast, meta_cache
 from .fake import FakeTensor, make_fake
 from .inputs import TensorInput, ValueInput
 from .aliasing import FRESH as _FRESH, VIEW_OR_COPY as _VIEW_OR_COPY, is_inplace as _is_inplace, \
-    odd_layout as _odd_layout
+    odd_layout as _odd_layout, written as _written
 from .meta_device import META_IMPL as _META_IMPL, meta_to as _meta_to
 from .names import target_name
 from .mode import _FACTORIES, TracingMode, symbolic_strides
@@ -337,7 +337,7 @@ class Tracer:
         if not _is_inplace(func, kwargs):
             return
         self.mutates = True
-        changed = kwargs.get("out") if kwargs.get("out") is not None else (args[0] if args else None)
+        changed = _written(func, args, kwargs)
         for t in _tensors(changed):  # its grad_fn is now the in-place op's, which the meta run records
             t.__dict__.pop("ds_grad_fn", None)
         if any(getattr(t, "ds_may_alias", True) for t in _tensors(changed)):

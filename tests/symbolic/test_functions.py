@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dynashape.symbolic.functions import (
-    CeilDiv, CeilToInt, CleanDiv, FloorDiv, FloorToInt, IntTrueDiv, Max, Min, Mod, ToFloat,
+    FLOAT_OPS, MATH_CALLS, CeilDiv, CeilToInt, CleanDiv, FloorDiv, FloorToInt, IntTrueDiv, Max, Min, Mod, ToFloat,
     TruncToInt,
 )
 
@@ -132,6 +132,27 @@ def test_float_to_int_conversions_round_like_python(f):
     assert FloorToInt(sympy.Float(f)) == math.floor(f)
     assert CeilToInt(sympy.Float(f)) == math.ceil(f)
     assert TruncToInt(sympy.Float(f)) == int(f)
+
+
+@given(st.floats(-1e6, 1e6, allow_nan=False), st.floats(-1e6, 1e6, allow_nan=False).filter(bool),
+       st.sampled_from(["add", "sub", "mul", "truediv", "floordiv", "mod"]))
+def test_float_operations_of_numbers_fold_to_pythons_value_exactly(a, b, op):
+    import operator
+    want = getattr(operator, op)(a, b)
+    got = FLOAT_OPS[op](sympy.Float(a), sympy.Float(b))
+    if not math.isfinite(want):  # overflow: left to the program, which computes inf when it runs
+        assert got.func is FLOAT_OPS[op]
+    else:
+        assert float(got) == want
+
+
+def test_float_operations_stay_as_written_over_symbols():
+    f = sympy.Symbol("f", real=True)
+    assert FLOAT_OPS["sub"](FLOAT_OPS["add"](f, 1e16), 1e16) != f  # sympy's Add would cancel to f
+    assert FLOAT_OPS["mul"](FLOAT_OPS["mul"](f, 0.1), 3).args[1] == 3  # not 0.3*f
+    assert FLOAT_OPS["truediv"](f, 0).func is FLOAT_OPS["truediv"]  # the program raises at run time
+    assert float(MATH_CALLS["sqrt"](sympy.Integer(2))) == math.sqrt(2)
+    assert MATH_CALLS["sqrt"](sympy.Float(-1.0)).func is MATH_CALLS["sqrt"]  # math.sqrt raises: not folded
 
 
 def test_mod_takes_the_sign_of_the_divisor():

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from tests.symbolic.strategies import divide
 from dynashape.symbolic.functions import (
-    CeilDiv, CeilToInt, FloorDiv, FloorToInt, IntTrueDiv, Max, Min, Mod, ToFloat, TruncToInt,
+    FLOAT_OPS, MATH_CALLS, CeilDiv, CeilToInt, FloorDiv, FloorToInt, IntTrueDiv, Max, Min, Mod, ToFloat, TruncToInt,
 )
 from dynashape.symbolic.printer import pyexpr, sympy_str
 
@@ -232,3 +232,34 @@ def test_sympy_str_uses_pytorch_spelling():
     assert sympy_str(FloorDiv(s0, 2)) == "FloorDiv(s0, 2)"
     assert sympy_str(2 * Mod(s0, 3)) == "2*Mod(s0, 3)"
     assert sympy_str(s0 + s1) == "s0 + s1"
+
+
+# ------------------------------------------------------------------ float formulas, as Python rounds them
+f0 = sympy.Symbol("f0", real=True)
+_PY = {"add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b,
+       "truediv": lambda a, b: a / b, "floordiv": lambda a, b: a // b, "mod": lambda a, b: a % b}
+float_leaves = st.one_of(st.just((f0, lambda v: v)),
+                         st.floats(-1e3, 1e3, allow_nan=False).filter(bool).map(lambda c: (sympy.Float(c), lambda v: c)))
+float_formulas = st.recursive(float_leaves, lambda ch: st.tuples(st.sampled_from(sorted(_PY)), ch, ch).map(
+    lambda t: (FLOAT_OPS[t[0]](t[1][0], t[2][0]), lambda v, op=_PY[t[0]], a=t[1][1], b=t[2][1]: op(a(v), b(v)))),
+    max_leaves=6)
+
+
+@SETTINGS
+@given(float_formulas, st.floats(-1e3, 1e3, allow_nan=False))
+def test_a_printed_float_formula_rounds_as_the_program_does(formula, v):
+    # sympy's Add/Mul would reassociate `f0*0.1*3` into `0.3*f0`: another rounding than the program's
+    expr, program = formula
+    try:
+        want = program(v)
+    except ZeroDivisionError:
+        assume(False)
+    got = eval(pyexpr(expr), {"__builtins__": BUILTINS, "math": math}, {"f0": v})
+    assert got == want or (math.isnan(got) and math.isnan(want)), (expr, pyexpr(expr), v)
+
+
+def test_float_formulas_and_math_calls_print_as_python():
+    assert pyexpr(FLOAT_OPS["mul"](FLOAT_OPS["mul"](f0, 0.1), 3)) == "f0 * 0.1 * 3"
+    assert pyexpr(FLOAT_OPS["sub"](f0, FLOAT_OPS["add"](f0, 1.0))) == "f0 - (f0 + 1.0)"
+    assert pyexpr(FLOAT_OPS["pow"](FLOAT_OPS["add"](f0, 1), 2)) == "(f0 + 1) ** 2"
+    assert pyexpr(1 / MATH_CALLS["sqrt"](s0)) == "1/math.sqrt(s0)"

@@ -28,3 +28,31 @@ def test_a_compile_does_not_import_torch_dynamo_and_torch_compile_still_works(tm
     assert out.returncode == 0, out.stderr
     assert "dynamo imported by our compile: False" in out.stdout, out.stdout
     assert "torch.compile after it: ok" in out.stdout
+
+
+IMPORTED_WHILE_TRACING = textwrap.dedent("""
+    import torch, dynashape as ds
+    import torch.nn.functional as F
+    def f(x):
+        import torch._dynamo  # torch imports it lazily, maybe in the middle of our trace
+        return x * 2
+    ds.compile(f, backend="eager", dynamic=True)(torch.randn(3))
+    graphs = []
+    def counting(gm, example_inputs):
+        graphs.append(gm)
+        return gm.forward
+    g = torch.compile(lambda x, n: F.pad(x, (n, n)), backend=counting)
+    for n in (2, 3):
+        g(torch.randn(3), n)
+    print("graphs:", len(graphs))
+""")
+
+
+def test_torch_compile_is_unaffected_when_torch_dynamo_is_first_imported_during_a_trace(tmp_path):
+    # Dynamo's table of torch functions, built at its import, held our stand-in for
+    # torch.are_deterministic_algorithms_enabled: F.pad then graph-broke and compiled no graph
+    env = dict(os.environ, PYTHONPATH=ROOT, DYNASHAPE_CACHE_DIR=str(tmp_path))
+    out = subprocess.run([sys.executable, "-c", IMPORTED_WHILE_TRACING], env=env, capture_output=True, text=True,
+                         timeout=600)
+    assert out.returncode == 0, out.stderr
+    assert "graphs: 2" in out.stdout, out.stdout

@@ -160,6 +160,7 @@ class RegionRuntime:
                 outs.append((o, lw.xent_lse(o), "row"))
                 self.n_aux += 1
         self.spec = CppGen(region, lw.ir, outs).generate()
+        self.formulas = {sym: expr for expr, sym in lw.float_exprs.items()}  # computed by the caller
         sym_set = set(self.spec.symbols)
         for o in region.outputs:
             for s in o.meta.shape:
@@ -231,6 +232,7 @@ class RegionRuntime:
             exec_source(self.backward.source, "fused-backward", ns)
             fn = ds_compile(ns[f"{self.name}_backward"], dynamic=True, backend="fused")
             fn.rank_local = True  # a collective inside autograd's backward would interleave with DDP's
+            fn.internal = True  # compiled at the first backward: the user's stance is not about it
             self._backward_fn = fn
         return self._backward_fn
 
@@ -577,7 +579,8 @@ def rewrite(g: Graph, rts: list) -> Graph:
             if rt is None:
                 continue
             r = rt.region
-            args = [new[t] for t in r.inputs] + [SymExpr(s) for s in rt.symbols]
+            args = [new[t] for t in r.inputs] + [SymExpr(rt.formulas[s], float) if s in rt.formulas else SymExpr(s)
+                                                 for s in rt.symbols]
             metas = tuple(o.meta for o in r.outputs)
             if len(r.outputs) == 1:
                 o = r.outputs[0]

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import sympy
 
-from ...symbolic.functions import (BitwiseAnd, BitwiseOr, BitwiseXor, CeilToInt, FloorDiv, FloorToInt, IntTrueDiv, Mod,
-                                   ToFloat, TruncToInt)
+from ...symbolic.functions import (BitwiseAnd, BitwiseOr, BitwiseXor, CeilToInt, FloorDiv, FloorToInt, IntTrueDiv,
+                                   MATH_CALLS, Mod, ToFloat, TruncToInt)
 
 __all__ = ["cexpr"]
 
@@ -53,6 +53,8 @@ def cexpr(e) -> str:
         return f"({cexpr(e.args[0])} {op} {cexpr(e.args[1])})"
     if isinstance(e, IntTrueDiv):
         return f"((double){cexpr(e.args[0])} / (double){cexpr(e.args[1])})"
+    if type(e) in _MATH:  # libm's, which Python's math module calls too
+        return f"std::{e._math}((double){cexpr(e.args[0])})"
     if isinstance(e, ToFloat):
         return f"((double){cexpr(e.args[0])})"
     if isinstance(e, (TruncToInt,)):
@@ -62,6 +64,9 @@ def cexpr(e) -> str:
     if isinstance(e, CeilToInt):
         return f"((int64_t)std::ceil({cexpr(e.args[0])}))"
     raise TypeError(f"cexpr cannot print {type(e).__name__}: {e}")
+
+
+_MATH = frozenset(MATH_CALLS.values())
 
 
 def _fold(fn: str, args) -> str:

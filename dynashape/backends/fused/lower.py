@@ -62,6 +62,7 @@ class Lowerer:
         self.members = set(region.nodes)
         self.buf = {n: i for i, n in enumerate(region.inputs)}
         self.memo: dict = {}
+        self.float_exprs: dict = {}  # float formula -> the symbol the kernel reads its value as
 
     # ------------------------------------------------------------------ helpers
     def cast(self, v, dt):
@@ -70,6 +71,11 @@ class Lowerer:
 
     def scalar(self, v, dt):
         dt = compute_dtype(dt)
+        if isinstance(v, SymExpr) and v.pytype is float and not (v.expr.is_Symbol or v.expr.is_Number):
+            # a float formula (`s * 0.1 * 3`): the wrapper computes it in Python, with eager's rounding and
+            # errors (ZeroDivisionError), and the kernel reads its value
+            stand_in = self.float_exprs.setdefault(v.expr, sympy.Symbol(f"zfx{len(self.float_exprs)}", real=True))
+            return self.cast(self.ir.sym(stand_in, torch.float64), dt)
         if isinstance(v, SymExpr):
             return self.cast(self.ir.sym(v.expr, torch.float64 if v.pytype is float else torch.int64), dt)
         if isinstance(v, bool) and dt != torch.bool:
