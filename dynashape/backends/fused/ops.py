@@ -28,6 +28,10 @@ BINARY = {"add", "sub", "mul", "div", "rsub", "pow", "maximum", "minimum", "eq",
           "ge", "logical_and", "logical_or", "rpow", "rdiv"}
 OTHER_POINTWISE = {"where", "clamp", "clamp_min", "clamp_max", "masked_fill", "lerp", "addcmul"}
 COMPARE = {"eq", "ne", "lt", "le", "gt", "ge"}
+# ops eager runs on bool tensors (the others raise "not implemented for 'Bool'" and stay torch calls)
+BOOL_INPUTS = COMPARE | {"logical_and", "logical_or", "logical_not", "where", "masked_fill", "add", "mul", "maximum",
+                         "minimum", "amax", "amin", "sum", "sigmoid", "exp", "div", "rdiv", "pow", "rpow", "square",
+                         "clamp", "clamp_min", "clamp_max", "sqrt", "logsumexp", "reciprocal", "tanh", "erf"}
 REDUCE = {"sum", "mean", "amax", "amin", "var", "std", "logsumexp"}
 COMPOSITE = {"softmax", "log_softmax", "layer_norm", "rms_norm"}
 XENT = {"cross_entropy"}  # one pass over the logits: logsumexp minus the target's logit, per row
@@ -37,6 +41,7 @@ STRIDED = {"view", "view_as"}  # calls whose success depends on their input's st
 IDENTITY = {"contiguous", "clone", "dropout", "detach"}
 CASTS = {"float": torch.float32, "double": torch.float64, "half": torch.float16, "bfloat16": torch.bfloat16,
          "long": torch.int64, "int": torch.int32, "bool": torch.bool, "to": None, "type_as": None}
+BOOL_INPUTS |= VIEW | IDENTITY | set(CASTS)
 
 _ALIASES = {"__add__": "add", "__radd__": "add", "__sub__": "sub", "__rsub__": "rsub", "__mul__": "mul",
             "__rmul__": "mul", "__truediv__": "div", "__rtruediv__": "rdiv", "__pow__": "pow",
@@ -132,6 +137,8 @@ def family(n: Node) -> str | None:
         return None
     if "out" in n.kwargs or n.kwargs.get("inplace"):
         return None
+    if name not in BOOL_INPUTS and any(t.meta.dtype == torch.bool for t in ins):
+        return None  # relu, neg, abs, floor... of a bool tensor raise in eager: torch's call raises as eager
     if name in XENT:
         return "xent" if _xent_ok(n) else None
     if name in VIEW:

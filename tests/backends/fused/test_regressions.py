@@ -408,3 +408,26 @@ def test_a_mean_over_a_symbolic_count_divides_by_the_whole_count():
         v0 = y[: (y.size(0) + 1) // 2 - 1]
         return v0.pow(1).mean(), (v0 * 2).mean((0, 1, 2))
     check_fused(f, [(torch.randn(*s),) for s in [(3, 3, 1, 2), (5, 2, 3, 4), (7, 1, 2, 3)]], compiles=None)
+
+
+@pytest.mark.parametrize("op", [torch.relu, torch.neg, torch.abs, torch.floor, F.gelu, F.silu, lambda b: b - b,
+                                lambda b: b.float().mean() + b.softmax(-1)])
+def test_ops_eager_rejects_on_bool_tensors_raise_as_eager(op):
+    """Inference fuzz seed 25112804: `y.expand(1, *y.shape).all(1).relu()` returned a tensor where eager
+    raises "Boolean inputs not supported for relu"; such ops on bool inputs now stay torch calls."""
+    def f(x):
+        return op((x * 2).gt(0)) * 1
+    x = torch.randn(3, 4)
+    with pytest.raises(RuntimeError) as want:
+        f(x)
+    cf = ds.compile(f, dynamic=True, backend="fused")
+    with pytest.raises(RuntimeError) as got:
+        cf(x)
+    assert str(got.value) == str(want.value)
+
+
+def test_ops_eager_runs_on_bool_tensors_still_fuse():
+    def f(x):
+        b = (x * 2).gt(0)
+        return (b * b + b).sum(-1), torch.where(b, x, -x).sigmoid() * b.float()
+    check_fused(f, [(torch.randn(n, 6),) for n in (3, 5, 9)])
