@@ -14,6 +14,7 @@ size-oblivious the same way. Sound, and one graph instead of one per 0/1 size.
 """
 from __future__ import annotations
 
+from builtins import isinstance  # the builtin, not tracing/pyenv.py's patch: our own answers are plain, faster
 import re
 
 import torch

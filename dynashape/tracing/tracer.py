@@ -8,6 +8,7 @@ this one).
 """
 from __future__ import annotations
 
+from builtins import isinstance  # the builtin, not tracing/pyenv.py's patch: our own answers are plain, faster
 import logging
 import operator
 from dataclasses import dataclass
