@@ -1,0 +1,426 @@
+"""Watching dicts for change in a few nanoseconds: the module checks of a guard run only when one changed.
+
+A guard re-checks every module's structure and plain attributes on each call: objects can change
+without `Module.__setattr__` (`m._parameters[k] = p` as `torch.func.functional_call` does,
+`Sequential.append`, `m.__dict__[k] = v`), so the module epoch cannot tell. But every such
+change writes one of a few dicts (a module's `__dict__`, its `_parameters`, `_buffers`,
+`_modules` and hook dicts), and CPython gives every dict a version tag that a write moves to a
+new, process-unique value (PEP 509). `Watch(dicts)` compares those tags with the ones recorded
+when the checks last passed, in C, for about 3 ns a dict:
+
+    w = watch((vars(m), m._parameters))
+    if not w():             # some dict changed since the last commit (or none was made yet)
+        snap = w.snap()     # the tags before the checks read the dicts
+        ...                 # the checks; on failure, no commit
+        w.commit(snap)
+
+The tag is not reachable from Python, so a small extension is built once with the system C
+compiler and kept on disk (named by a hash of its source and the Python build). Where that
+cannot happen (no compiler, no Python headers, a Python whose dicts lack the tag), `watch()`
+returns a stand-in that always answers "changed": the checks then run on every call, as before.
+"""
+from __future__ import annotations
+
+import collections
+import hashlib
+import importlib.util
+import logging
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import threading
+
+log = logging.getLogger("dynashape.guards")
+
+SOURCE = r"""
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+#if PY_VERSION_HEX < 0x030B0000 || PY_VERSION_HEX >= 0x030D0000 || defined(Py_GIL_DISABLED)
+#error "dict version tags are read only on CPython 3.11 and 3.12 with the GIL"
+#endif
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *dicts;    /* tuple of dicts (an OrderedDict's reordering alone moves no tag) */
+    uint64_t *tags;     /* their tags at the last commit */
+    Py_ssize_t n;
+    int valid;          /* a commit was made */
+} Watch;
+
+static inline uint64_t tag_of(PyObject *d) {
+#if defined(__GNUC__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+#endif
+    return ((PyDictObject *)d)->ma_version_tag;
+#if defined(__GNUC__)
+#pragma GCC diagnostic pop
+#endif
+}
+
+static PyObject *watch_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
+    PyObject *dicts;
+    if (!PyArg_ParseTuple(args, "O!:Watch", &PyTuple_Type, &dicts)) return NULL;
+    Py_ssize_t n = PyTuple_GET_SIZE(dicts);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (!PyDict_Check(PyTuple_GET_ITEM(dicts, i))) {
+            PyErr_SetString(PyExc_TypeError, "Watch takes a tuple of dicts");
+            return NULL;
+        }
+    }
+    Watch *self = (Watch *)type->tp_alloc(type, 0);
+    if (self == NULL) return NULL;
+    self->tags = (uint64_t *)PyMem_Calloc(n ? n : 1, sizeof(uint64_t));
+    if (self->tags == NULL) { Py_DECREF(self); return PyErr_NoMemory(); }
+    Py_INCREF(dicts);
+    self->dicts = dicts;
+    self->n = n;
+    self->valid = 0;
+    return (PyObject *)self;
+}
+
+static int watch_traverse(Watch *self, visitproc visit, void *arg) {
+    Py_VISIT(self->dicts);
+    return 0;
+}
+
+static int watch_clear(Watch *self) {
+    Py_CLEAR(self->dicts);
+    self->n = 0;
+    self->valid = 0;
+    return 0;
+}
+
+static void watch_dealloc(Watch *self) {
+    PyObject_GC_UnTrack(self);
+    watch_clear(self);
+    PyMem_Free(self->tags);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* w() -> True when no dict changed since the last commit */
+static PyObject *watch_call(Watch *self, PyObject *args, PyObject *kw) {
+    if (!self->valid || self->dicts == NULL) Py_RETURN_FALSE;
+    for (Py_ssize_t i = 0; i < self->n; i++) {
+        if (tag_of(PyTuple_GET_ITEM(self->dicts, i)) != self->tags[i]) Py_RETURN_FALSE;
+    }
+    Py_RETURN_TRUE;
+}
+
+/* w.snap() -> the tags now, as bytes */
+static PyObject *watch_snap(Watch *self, PyObject *unused) {
+    PyObject *out = PyBytes_FromStringAndSize(NULL, self->n * (Py_ssize_t)sizeof(uint64_t));
+    if (out == NULL) return NULL;
+    uint64_t *p = (uint64_t *)PyBytes_AS_STRING(out);
+    for (Py_ssize_t i = 0; i < self->n; i++) p[i] = tag_of(PyTuple_GET_ITEM(self->dicts, i));
+    return out;
+}
+
+/* w.commit(snap): the checks passed on the state `snap` was taken from */
+static PyObject *watch_commit(Watch *self, PyObject *snap) {
+    if (!PyBytes_Check(snap) || PyBytes_GET_SIZE(snap) != self->n * (Py_ssize_t)sizeof(uint64_t)) {
+        PyErr_SetString(PyExc_TypeError, "commit takes what snap() returned");
+        return NULL;
+    }
+    memcpy(self->tags, PyBytes_AS_STRING(snap), self->n * sizeof(uint64_t));
+    self->valid = 1;
+    Py_RETURN_NONE;
+}
+
+/* w.reset(): the next call answers "changed" */
+static PyObject *watch_reset(Watch *self, PyObject *unused) {
+    self->valid = 0;
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef watch_methods[] = {
+    {"snap", (PyCFunction)watch_snap, METH_NOARGS, "the dicts' version tags now"},
+    {"commit", (PyCFunction)watch_commit, METH_O, "record tags taken by snap() before checks that passed"},
+    {"reset", (PyCFunction)watch_reset, METH_NOARGS, "forget the recorded tags"},
+    {NULL, NULL, 0, NULL}
+};
+
+static PyTypeObject WatchType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "_dsguard.Watch",
+    .tp_basicsize = sizeof(Watch),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "Watch(dicts): w() is True while no dict changed since the last commit",
+    .tp_new = watch_new,
+    .tp_dealloc = (destructor)watch_dealloc,
+    .tp_traverse = (traverseproc)watch_traverse,
+    .tp_clear = (inquiry)watch_clear,
+    .tp_call = (ternaryfunc)watch_call,
+    .tp_methods = watch_methods,
+};
+
+/* Same(tensors, state): s() is True while every tensor's (requires_grad, shape, dtype) is the one in
+   state, a tuple of such triples. The getters are torch's own, read through getattr. */
+typedef struct {
+    PyObject_HEAD
+    PyObject *tensors;  /* tuple */
+    PyObject *state;    /* tuple of (bool, tuple of ints, dtype) */
+} Same;
+
+static PyObject *s_requires_grad, *s_shape, *s_dtype;
+
+static PyObject *same_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
+    PyObject *tensors, *state;
+    if (!PyArg_ParseTuple(args, "O!O!:Same", &PyTuple_Type, &tensors, &PyTuple_Type, &state)) return NULL;
+    if (PyTuple_GET_SIZE(tensors) != PyTuple_GET_SIZE(state)) {
+        PyErr_SetString(PyExc_ValueError, "one state per tensor");
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(state); i++) {
+        PyObject *st = PyTuple_GET_ITEM(state, i);
+        if (!PyTuple_Check(st) || PyTuple_GET_SIZE(st) != 3 || !PyBool_Check(PyTuple_GET_ITEM(st, 0))
+                || !PyTuple_Check(PyTuple_GET_ITEM(st, 1))) {
+            PyErr_SetString(PyExc_TypeError, "a state is (requires_grad, shape tuple, dtype)");
+            return NULL;
+        }
+    }
+    Same *self = (Same *)type->tp_alloc(type, 0);
+    if (self == NULL) return NULL;
+    Py_INCREF(tensors);
+    Py_INCREF(state);
+    self->tensors = tensors;
+    self->state = state;
+    return (PyObject *)self;
+}
+
+static int same_traverse(Same *self, visitproc visit, void *arg) {
+    Py_VISIT(self->tensors);
+    Py_VISIT(self->state);
+    return 0;
+}
+
+static int same_clear(Same *self) {
+    Py_CLEAR(self->tensors);
+    Py_CLEAR(self->state);
+    return 0;
+}
+
+static void same_dealloc(Same *self) {
+    PyObject_GC_UnTrack(self);
+    same_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* a torch.Size and a tuple of ints: the same length and items (small ints compare by identity first) */
+static int same_shape(PyObject *now, PyObject *want) {
+    if (!PyTuple_Check(now)) return 0;
+    Py_ssize_t n = PyTuple_GET_SIZE(now);
+    if (n != PyTuple_GET_SIZE(want)) return 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *a = PyTuple_GET_ITEM(now, i), *b = PyTuple_GET_ITEM(want, i);
+        if (a != b) {
+            int eq = PyObject_RichCompareBool(a, b, Py_EQ);
+            if (eq <= 0) return eq;
+        }
+    }
+    return 1;
+}
+
+static PyObject *same_call(Same *self, PyObject *args, PyObject *kw) {
+    if (self->tensors == NULL) Py_RETURN_FALSE;
+    Py_ssize_t n = PyTuple_GET_SIZE(self->tensors);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *t = PyTuple_GET_ITEM(self->tensors, i), *st = PyTuple_GET_ITEM(self->state, i);
+        PyObject *v = PyObject_GetAttr(t, s_requires_grad);
+        if (v == NULL) return NULL;
+        int ok = v == PyTuple_GET_ITEM(st, 0);
+        Py_DECREF(v);
+        if (!ok) Py_RETURN_FALSE;
+        v = PyObject_GetAttr(t, s_dtype);
+        if (v == NULL) return NULL;
+        ok = v == PyTuple_GET_ITEM(st, 2);
+        Py_DECREF(v);
+        if (!ok) Py_RETURN_FALSE;
+        v = PyObject_GetAttr(t, s_shape);
+        if (v == NULL) return NULL;
+        ok = same_shape(v, PyTuple_GET_ITEM(st, 1));
+        Py_DECREF(v);
+        if (ok < 0) return NULL;
+        if (!ok) Py_RETURN_FALSE;
+    }
+    Py_RETURN_TRUE;
+}
+
+static PyTypeObject SameType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "_dsguard.Same",
+    .tp_basicsize = sizeof(Same),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "Same(tensors, state): s() is True while each tensor's (requires_grad, shape, dtype) is as in state",
+    .tp_new = same_new,
+    .tp_dealloc = (destructor)same_dealloc,
+    .tp_traverse = (traverseproc)same_traverse,
+    .tp_clear = (inquiry)same_clear,
+    .tp_call = (ternaryfunc)same_call,
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_dsguard", NULL, -1, NULL};
+
+PyMODINIT_FUNC PyInit__dsguard(void) {
+    if (PyType_Ready(&WatchType) < 0 || PyType_Ready(&SameType) < 0) return NULL;
+    s_requires_grad = PyUnicode_InternFromString("requires_grad");
+    s_shape = PyUnicode_InternFromString("shape");
+    s_dtype = PyUnicode_InternFromString("dtype");
+    if (!s_requires_grad || !s_shape || !s_dtype) return NULL;
+    PyObject *m = PyModule_Create(&module);
+    if (m == NULL) return NULL;
+    Py_INCREF(&WatchType);
+    Py_INCREF(&SameType);
+    if (PyModule_AddObject(m, "Watch", (PyObject *)&WatchType) < 0
+            || PyModule_AddObject(m, "Same", (PyObject *)&SameType) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}
+"""
+
+
+class Unwatched:
+    """The stand-in without the extension: every call counts as a change, so the checks always run."""
+
+    __slots__ = ("dicts",)
+
+    def __init__(self, dicts: tuple):
+        self.dicts = dicts
+
+    def __call__(self) -> bool:
+        return False
+
+    def snap(self):
+        return None
+
+    def commit(self, snap) -> None:
+        pass
+
+    def reset(self) -> None:
+        pass
+
+
+directory = [None]  # fn() -> the folder for the built extension; set by the runtime (runtime/compile.py)
+_state: dict = {}  # "module": the loaded extension, or "error": why there is none
+_lock = threading.Lock()
+
+
+def watch(dicts) -> object:
+    """A watcher of `dicts`: the extension's, or the stand-in. A dict subclass's writes move its tag
+    too, but `OrderedDict.move_to_end` reorders without a write: the caller checks the order of
+    such dicts itself where it matters."""
+    dicts = tuple(dicts)
+    mod = extension()
+    return mod.Watch(dicts) if mod is not None else Unwatched(dicts)
+
+
+def same(tensors, state) -> object | None:
+    """A checker `s()` that is True while each tensor's (requires_grad, shape, dtype) is the one in
+    `state` (a tuple of such triples, shapes as tuples), or None without the extension."""
+    mod = extension()
+    return mod.Same(tuple(tensors), tuple(state)) if mod is not None else None
+
+
+def extension():
+    """The loaded extension module, or None (the reason in `why_not()`)."""
+    mod = _state.get("module")
+    if mod is not None or "error" in _state:
+        return mod
+    with _lock:
+        if "module" not in _state and "error" not in _state:
+            try:
+                _state["module"] = _load()
+            except Exception as e:  # noqa: BLE001 - any failure means: the checks run on every call
+                _state["error"] = f"{type(e).__name__}: {e}"[:500]
+                log.info("dynashape: guard checks of module state run on every call (%s)", _state["error"])
+    return _state.get("module")
+
+
+def why_not() -> str | None:
+    """Why the extension is not in use (None when it is, or was not asked for yet)."""
+    return _state.get("error")
+
+
+def _compiler() -> list[str] | None:
+    for cc in (os.environ.get("CC"), "cc", "gcc", "clang"):
+        path = cc and shutil.which(cc)
+        if path:
+            return [path]
+    cxx = os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++")
+    return [cxx, "-x", "c"] if cxx else None
+
+
+def _load():
+    include = sysconfig.get_paths().get("include") or ""
+    if not os.path.exists(os.path.join(include, "Python.h")):
+        raise RuntimeError(f"no Python.h in {include!r}")
+    cc = _compiler()
+    if cc is None:
+        raise RuntimeError("no C compiler (cc, gcc, clang, g++)")
+    flags = ["-O2", "-shared", "-fPIC", f"-I{include}"]
+    key = hashlib.sha256("\0".join([SOURCE, sys.version, sysconfig.get_config_var("EXT_SUFFIX") or "",
+                                    *cc, *flags]).encode()).hexdigest()[:20]
+    where = (directory[0]() if directory[0] is not None else None) or _default_directory()
+    os.makedirs(where, exist_ok=True)
+    path = os.path.join(where, f"_dsguard-{key}{sysconfig.get_config_var('EXT_SUFFIX') or '.so'}")
+    if not os.path.exists(path):
+        _build(cc, flags, path)
+    spec = importlib.util.spec_from_file_location("_dsguard", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    _self_test(mod)
+    return mod
+
+
+def _default_directory() -> str:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "dynashape", "native")
+
+
+def _build(cc: list, flags: list, path: str) -> None:
+    """Compile to a temporary name and rename into place: a concurrent loader sees all of it or none."""
+    fd, src = tempfile.mkstemp(suffix=".c", dir=os.path.dirname(path))
+    tmp = src[:-2] + ".so"
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(SOURCE)
+        out = subprocess.run([*cc, *flags, src, "-o", tmp], capture_output=True, text=True, timeout=120)
+        if out.returncode != 0:
+            raise RuntimeError(f"the C compiler failed: {(out.stderr or out.stdout).strip()[:400]}")
+        os.replace(tmp, path)
+    finally:
+        for p in (src, tmp):
+            if os.path.exists(p):
+                os.remove(p)
+
+
+def _self_test(mod) -> None:
+    """Every kind of write a module's dicts see moves the tag (else the extension is not used)."""
+    class Obj:
+        pass
+
+    o = Obj()
+    o.a = 1
+    d = vars(o)
+    writes = [lambda: d.__setitem__("a", 2), lambda: d.__setitem__("b", 3), lambda: d.pop("b"),
+              lambda: setattr(o, "a", 4), lambda: object.__setattr__(o, "a", 5), lambda: delattr(o, "a"),
+              lambda: d.update(a=6), lambda: d.setdefault("c", 7), lambda: d.popitem(), lambda: d.clear()]
+    od = collections.OrderedDict(a=1)
+    writes += [lambda: od.__setitem__("a", 2), lambda: od.__setitem__("b", 3), lambda: od.pop("a"),
+               lambda: od.clear()]
+    w = mod.Watch((d, od))
+    for write in writes:
+        w.commit(w.snap())
+        if not w():
+            raise RuntimeError("a committed watch answered 'changed' with nothing written")
+        write()
+        if w():
+            raise RuntimeError("a dict write did not move its version tag")
