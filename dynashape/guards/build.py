@@ -247,13 +247,14 @@ def _module_guards(modules, member_checks, state_guard, symbolic_attributes, con
         extra.append((cond, "module hooks == the ones the trace ran (one was registered or removed since)", None))
     if not gated:
         return lines
-    watched = module_epoch.state_dicts([m for _, m in modules] + walked)
+    owners = list({id(m): m for m in [m for _, m in modules] + walked}.values())
+    watched = module_epoch.state_dicts(owners)
     ordered = tuple(d for d in watched if type(d) is not dict and d)
     if ordered:  # hooks the trace ran: an OrderedDict is reordered in place without a write (move_to_end)
         ns["_chain"] = itertools.chain.from_iterable
         lines.append(f"if tuple(_chain({const(ordered, 'od')})) != {const(tuple(k for d in ordered for k in d), 'odk')}: "
                      f"return False")
-    ns["_mw"] = native.watch(watched)
+    ns["_mw"] = native.watch(watched, owners)
     lines += ["if not _mw():", "    _ms = _mw.snap()"] + [f"    {c}" for c in gated] + ["    _mw.commit(_ms)"]
     return lines
 

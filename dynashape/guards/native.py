@@ -48,7 +48,9 @@ SOURCE = r"""
 typedef struct {
     PyObject_HEAD
     PyObject *dicts;    /* tuple of dicts (an OrderedDict's reordering alone moves no tag) */
-    uint64_t *tags;     /* their tags at the last commit */
+    PyObject *owners;   /* tuple of objects whose __dict__ must still be the dict given with them */
+    PyObject *owned;    /* those dicts */
+    uint64_t *tags;     /* the dicts' tags at the last commit */
     Py_ssize_t n;
     int valid;          /* a commit was made */
 } Watch;
@@ -65,17 +67,36 @@ static inline uint64_t tag_of(PyObject *d) {
 }
 
 static PyObject *watch_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
-    PyObject *dicts;
-    if (!PyArg_ParseTuple(args, "O!:Watch", &PyTuple_Type, &dicts)) return NULL;
+    PyObject *dicts, *owners = NULL, *owned = NULL;
+    if (!PyArg_ParseTuple(args, "O!|O!O!:Watch", &PyTuple_Type, &dicts, &PyTuple_Type, &owners,
+                          &PyTuple_Type, &owned)) return NULL;
+    if (owners == NULL) owners = owned = PyTuple_New(0);
+    else if (owned == NULL || PyTuple_GET_SIZE(owned) != PyTuple_GET_SIZE(owners)) {
+        PyErr_SetString(PyExc_ValueError, "Watch(dicts, owners, their dicts)");
+        return NULL;
+    }
+    else { Py_INCREF(owners); Py_INCREF(owned); }
+    if (owners == NULL) return NULL;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(owners); i++) {
+        PyObject **slot = _PyObject_GetDictPtr(PyTuple_GET_ITEM(owners, i));
+        if (slot == NULL || *slot != PyTuple_GET_ITEM(owned, i)) {
+            Py_DECREF(owners); Py_DECREF(owned);
+            PyErr_SetString(PyExc_ValueError, "an owner's __dict__ is not the dict given with it");
+            return NULL;
+        }
+    }
     Py_ssize_t n = PyTuple_GET_SIZE(dicts);
     for (Py_ssize_t i = 0; i < n; i++) {
         if (!PyDict_Check(PyTuple_GET_ITEM(dicts, i))) {
+            Py_DECREF(owners); Py_DECREF(owned);
             PyErr_SetString(PyExc_TypeError, "Watch takes a tuple of dicts");
             return NULL;
         }
     }
     Watch *self = (Watch *)type->tp_alloc(type, 0);
-    if (self == NULL) return NULL;
+    if (self == NULL) { Py_DECREF(owners); Py_DECREF(owned); return NULL; }
+    self->owners = owners;
+    self->owned = owned;
     self->tags = (uint64_t *)PyMem_Calloc(n ? n : 1, sizeof(uint64_t));
     if (self->tags == NULL) { Py_DECREF(self); return PyErr_NoMemory(); }
     Py_INCREF(dicts);
@@ -87,11 +108,15 @@ static PyObject *watch_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
 
 static int watch_traverse(Watch *self, visitproc visit, void *arg) {
     Py_VISIT(self->dicts);
+    Py_VISIT(self->owners);
+    Py_VISIT(self->owned);
     return 0;
 }
 
 static int watch_clear(Watch *self) {
     Py_CLEAR(self->dicts);
+    Py_CLEAR(self->owners);
+    Py_CLEAR(self->owned);
     self->n = 0;
     self->valid = 0;
     return 0;
@@ -104,11 +129,16 @@ static void watch_dealloc(Watch *self) {
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
-/* w() -> True when no dict changed since the last commit */
+/* w() -> True when no dict changed since the last commit and every owner still has its dict
+   (`m.__dict__ = {...}` writes none of the watched dicts) */
 static PyObject *watch_call(Watch *self, PyObject *args, PyObject *kw) {
     if (!self->valid || self->dicts == NULL) Py_RETURN_FALSE;
     for (Py_ssize_t i = 0; i < self->n; i++) {
         if (tag_of(PyTuple_GET_ITEM(self->dicts, i)) != self->tags[i]) Py_RETURN_FALSE;
+    }
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(self->owners); i++) {
+        PyObject **slot = _PyObject_GetDictPtr(PyTuple_GET_ITEM(self->owners, i));
+        if (slot == NULL || *slot != PyTuple_GET_ITEM(self->owned, i)) Py_RETURN_FALSE;
     }
     Py_RETURN_TRUE;
 }
@@ -151,7 +181,8 @@ static PyTypeObject WatchType = {
     .tp_name = "_dsguard.Watch",
     .tp_basicsize = sizeof(Watch),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
-    .tp_doc = "Watch(dicts): w() is True while no dict changed since the last commit",
+    .tp_doc = "Watch(dicts, owners=(), owned=()): w() is True while no dict changed since the last commit "
+              "and owners[i].__dict__ is owned[i]",
     .tp_new = watch_new,
     .tp_dealloc = (destructor)watch_dealloc,
     .tp_traverse = (traverseproc)watch_traverse,
@@ -313,13 +344,16 @@ _state: dict = {}  # "module": the loaded extension, or "error": why there is no
 _lock = threading.Lock()
 
 
-def watch(dicts) -> object:
-    """A watcher of `dicts`: the extension's, or the stand-in. A dict subclass's writes move its tag
-    too, but `OrderedDict.move_to_end` reorders without a write: the caller checks the order of
-    such dicts itself where it matters."""
-    dicts = tuple(dicts)
+def watch(dicts, owners=()) -> object:
+    """A watcher of `dicts`, and of `owners` keeping their `__dict__` (`m.__dict__ = {...}` writes
+    no dict: the old one is still watched): the extension's, or the stand-in. A dict subclass's
+    writes move its tag too, but `OrderedDict.move_to_end` reorders without a write: the caller
+    checks the order of such dicts itself where it matters."""
+    dicts, owners = tuple(dicts), tuple(owners)
     mod = extension()
-    return mod.Watch(dicts) if mod is not None else Unwatched(dicts)
+    if mod is None:
+        return Unwatched(dicts)
+    return mod.Watch(dicts, owners, tuple(vars(o) for o in owners))
 
 
 def same(tensors, state) -> object | None:
@@ -416,7 +450,8 @@ def _self_test(mod) -> None:
     od = collections.OrderedDict(a=1)
     writes += [lambda: od.__setitem__("a", 2), lambda: od.__setitem__("b", 3), lambda: od.pop("a"),
                lambda: od.clear()]
-    w = mod.Watch((d, od))
+    w = mod.Watch((d, od), (o,), (d,))
+    writes.append(lambda: setattr(o, "__dict__", {}))  # last: the owner's dict is another one now
     for write in writes:
         w.commit(w.snap())
         if not w():

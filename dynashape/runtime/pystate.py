@@ -343,6 +343,12 @@ class PyState:
         hold, in a few comparisons over all modules (a per-module check costs more than the lookups).
         They read nothing but the modules' dicts (`module_epoch.state_dicts`): the guard runs them only
         when one of those dicts was written since they last passed (guards/native.py)."""
+        if self._walked:  # `m.__dict__ = {...}`: the dicts below are no longer the module's
+            import operator
+            self.ns["_is"] = operator.is_
+            self._check_module(f"all(map(_is, map(vars, {self._const(tuple(m for m, _ in self._walked), 'mods')}), "
+                               f"{self._const(tuple(vars(m) for m, _ in self._walked), 'mds')}))",
+                               "a module's __dict__ was replaced", None)
         if self._mod_plain:
             self.ns["_get"] = dict.get
             ds_ = self._const(tuple(d for d, *_ in self._mod_plain), "mds")

@@ -130,13 +130,15 @@ class Scaled(nn.Module):
         return self.lin(x) * self.scale + self.kernel[1]
 
 
-@pytest.mark.parametrize("how", ["setattr", "object.__setattr__", "__dict__", "vars().update"])
+@pytest.mark.parametrize("how", ["setattr", "object.__setattr__", "__dict__", "vars().update", "a new __dict__"])
 def test_a_module_attribute_changed_by_any_route_is_seen(watching, how):
     m, cm, x = _compiled(Scaled(), 3, 4)
     write = {"setattr": lambda k, v: setattr(m, k, v),
              "object.__setattr__": lambda k, v: object.__setattr__(m, k, v),
              "__dict__": lambda k, v: m.__dict__.__setitem__(k, v),
-             "vars().update": lambda k, v: vars(m).update({k: v})}[how]
+             "vars().update": lambda k, v: vars(m).update({k: v}),
+             # the watched dict is no longer the module's: nothing was written to it
+             "a new __dict__": lambda k, v: object.__setattr__(m, "__dict__", dict(vars(m), **{k: v}))}[how]
     write("scale", 3.0)
     _same(cm, m, x)
     write("kernel", (1, 5))
