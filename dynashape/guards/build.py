@@ -102,7 +102,7 @@ def build_guards(tracer, env, *, globals_=None, closure=None, modules=(), grad_e
         return name
 
     member_checks: list[str] = []
-    pinned: list = []  # (parameter, (requires_grad, shape, dtype)): checked together, in C, on every call
+    pinned: list = []  # (parameter, (requires_grad, shape, dtype, device)): checked together, in C, on every call
     for i, t in enumerate(tracer.tensor_inputs):
         v = f"t{i}"
         local_of[t.source] = v
@@ -115,12 +115,12 @@ def build_guards(tracer, env, *, globals_=None, closure=None, modules=(), grad_e
                 f"and {v}.requires_grad is {t.requires_grad} and {device}")
         if t.example is not None and all(s is not None for s in t.sizes):
             # a parameter/buffer read as a constant by the graph: it must be the same object (checked
-            # with the module state, when a module's dict changed), with the same requires_grad, shape
-            # and dtype (these change in place: `p.requires_grad_()`, `p.data = p.data.double()`, so
-            # they are checked on every call)
+            # with the module state, when a module's dict changed), with the same requires_grad, shape,
+            # dtype and device (these change in place: `p.requires_grad_()`, `p.data = p.data.double()`,
+            # torch.utils.swap_tensors, so they are checked on every call)
             pv = const(t.example, "p")
             member_checks.append(f"if {t.source.code()} is not {pv}: return False")
-            pinned.append((t.example, (t.requires_grad, torch.Size(t.sizes), t.dtype)))
+            pinned.append((t.example, (t.requires_grad, torch.Size(t.sizes), t.dtype, t.device)))
             readable.append(_tensor_text(t, False).replace("check_tensor(", "check_parameter(", 1))
             continue
         lines.append(f"if not ({full}): return False")
@@ -145,12 +145,17 @@ def build_guards(tracer, env, *, globals_=None, closure=None, modules=(), grad_e
     if pinned:
         ns["_pinned"] = tuple(p for p, _ in pinned)
         ns["_pinned_state"] = [st for _, st in pinned]
-        same = native.same(ns["_pinned"], [(rg, tuple(shape), dt) for rg, shape, dt in ns["_pinned_state"]])
-        if same is not None:  # the same getters, read in C: 2.0 us for 16 parameters, 2.8 us in Python
+        names = ("requires_grad", "shape", "dtype", "is_cpu", "device")
+        getters = tuple(getattr(torch._C.TensorBase, k) for k in names)
+        direct = all(getattr(type(p), k, None) is g for p in ns["_pinned"] for k, g in zip(names, getters))
+        same = native.same(ns["_pinned"], [(rg, tuple(shape), dt, True if dev.type == "cpu" else dev)
+                                           for rg, shape, dt, dev in ns["_pinned_state"]],
+                           getters if direct else None)  # else a subclass redefines one: looked up
+        if same is not None:  # the same getters, called in C: 1.8 us for 16 parameters, 3.6 us in Python
             ns["_pinned_same"] = same
             lines.append("if not _pinned_same(): return False")
         else:
-            ns["_rg_shape"] = operator.attrgetter("requires_grad", "shape", "dtype")
+            ns["_rg_shape"] = operator.attrgetter(*names[:3], "device")
             lines.append("if list(map(_rg_shape, _pinned)) != _pinned_state: return False")
     for v in tracer.value_inputs:
         code, text = _value_check(v, const)
@@ -188,7 +193,8 @@ def build_guards(tracer, env, *, globals_=None, closure=None, modules=(), grad_e
     flags.update(tracer.flag_reads)
     for text, (getter, value) in flags.items():
         g, v = const(getter, "flag"), const(value, "v")
-        lines.append(f"if {g}() != {v}: return False")
+        if not (text == "torch.is_inference_mode_enabled()" and not grad_enabled and value == inference):
+            lines.append(f"if {g}() != {v}: return False")  # (else checked above already)
         readable.append(f"{text} == {value!r}")
         extra.append((f"{g}() == {v}", f"{text} == {value!r}", (text, f"{g}()")))
     ns["_autocast_state"], ns["_autocast0"] = autocast_state, autocast_state()

@@ -191,28 +191,56 @@ static PyTypeObject WatchType = {
     .tp_methods = watch_methods,
 };
 
-/* Same(tensors, state): s() is True while every tensor's (requires_grad, shape, dtype) is the one in
-   state, a tuple of such triples. The getters are torch's own, read through getattr. */
+/* Same(tensors, state, getters=None): s() is True while every tensor's (requires_grad, shape, dtype,
+   device) is the one in state: a tuple of (bool, tuple of ints, dtype, where), `where` True for "on
+   the CPU" (read through is_cpu, which makes no device object) or the torch.device. The getters are
+   torch's own: read through getattr, or called directly when `getters` gives the five getset
+   descriptors (requires_grad, shape, dtype, is_cpu, device) every tensor's type resolves to. */
+#define NGET 5
+static const char *GET_NAMES[NGET] = {"requires_grad", "shape", "dtype", "is_cpu", "device"};
+static PyObject *get_names[NGET];
+
 typedef struct {
     PyObject_HEAD
     PyObject *tensors;  /* tuple */
-    PyObject *state;    /* tuple of (bool, tuple of ints, dtype) */
+    PyObject *state;    /* tuple of (bool, tuple of ints, dtype, True or device) */
+    PyObject *getters;  /* tuple of NGET getset descriptors, or NULL */
+    PyGetSetDef *get[NGET];
 } Same;
 
-static PyObject *s_requires_grad, *s_shape, *s_dtype;
-
 static PyObject *same_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
-    PyObject *tensors, *state;
-    if (!PyArg_ParseTuple(args, "O!O!:Same", &PyTuple_Type, &tensors, &PyTuple_Type, &state)) return NULL;
+    PyObject *tensors, *state, *getters = Py_None;
+    if (!PyArg_ParseTuple(args, "O!O!|O:Same", &PyTuple_Type, &tensors, &PyTuple_Type, &state, &getters))
+        return NULL;
+    if (getters != Py_None) {
+        if (!PyTuple_Check(getters) || PyTuple_GET_SIZE(getters) != NGET) {
+            PyErr_SetString(PyExc_TypeError, "getters: the getset descriptors of " "requires_grad, shape, dtype, "
+                            "is_cpu and device");
+            return NULL;
+        }
+        for (int k = 0; k < NGET; k++) {
+            PyObject *d = PyTuple_GET_ITEM(getters, k);
+            if (!PyObject_TypeCheck(d, &PyGetSetDescr_Type)) {
+                PyErr_SetString(PyExc_TypeError, "getters: getset descriptors");
+                return NULL;
+            }
+            for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(tensors); i++) {
+                if (!PyObject_TypeCheck(PyTuple_GET_ITEM(tensors, i), PyDescr_TYPE(d))) {
+                    PyErr_SetString(PyExc_TypeError, "a tensor is not of the getters' type");
+                    return NULL;
+                }
+            }
+        }
+    }
     if (PyTuple_GET_SIZE(tensors) != PyTuple_GET_SIZE(state)) {
         PyErr_SetString(PyExc_ValueError, "one state per tensor");
         return NULL;
     }
     for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(state); i++) {
         PyObject *st = PyTuple_GET_ITEM(state, i);
-        if (!PyTuple_Check(st) || PyTuple_GET_SIZE(st) != 3 || !PyBool_Check(PyTuple_GET_ITEM(st, 0))
+        if (!PyTuple_Check(st) || PyTuple_GET_SIZE(st) != 4 || !PyBool_Check(PyTuple_GET_ITEM(st, 0))
                 || !PyTuple_Check(PyTuple_GET_ITEM(st, 1))) {
-            PyErr_SetString(PyExc_TypeError, "a state is (requires_grad, shape tuple, dtype)");
+            PyErr_SetString(PyExc_TypeError, "a state is (requires_grad, shape tuple, dtype, True or device)");
             return NULL;
         }
     }
@@ -222,18 +250,26 @@ static PyObject *same_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
     Py_INCREF(state);
     self->tensors = tensors;
     self->state = state;
+    self->getters = NULL;
+    if (getters != Py_None) {
+        Py_INCREF(getters);
+        self->getters = getters;
+        for (int k = 0; k < NGET; k++) self->get[k] = ((PyGetSetDescrObject *)PyTuple_GET_ITEM(getters, k))->d_getset;
+    }
     return (PyObject *)self;
 }
 
 static int same_traverse(Same *self, visitproc visit, void *arg) {
     Py_VISIT(self->tensors);
     Py_VISIT(self->state);
+    Py_VISIT(self->getters);
     return 0;
 }
 
 static int same_clear(Same *self) {
     Py_CLEAR(self->tensors);
     Py_CLEAR(self->state);
+    Py_CLEAR(self->getters);
     return 0;
 }
 
@@ -258,25 +294,29 @@ static int same_shape(PyObject *now, PyObject *want) {
     return 1;
 }
 
+static inline PyObject *same_get(Same *self, PyObject *t, int k) {
+    return self->getters ? self->get[k]->get(t, self->get[k]->closure) : PyObject_GetAttr(t, get_names[k]);
+}
+
+/* 1 when getter k of t gives `want` (identity; == for a shape or a device), 0 when not, -1 on error */
+static int same_value(Same *self, PyObject *t, int k, PyObject *want) {
+    PyObject *v = same_get(self, t, k);
+    if (v == NULL) return -1;
+    int ok = k == 1 ? same_shape(v, want) : v == want ? 1 : k == 4 ? PyObject_RichCompareBool(v, want, Py_EQ) : 0;
+    Py_DECREF(v);
+    return ok;
+}
+
 static PyObject *same_call(Same *self, PyObject *args, PyObject *kw) {
     if (self->tensors == NULL) Py_RETURN_FALSE;
     Py_ssize_t n = PyTuple_GET_SIZE(self->tensors);
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *t = PyTuple_GET_ITEM(self->tensors, i), *st = PyTuple_GET_ITEM(self->state, i);
-        PyObject *v = PyObject_GetAttr(t, s_requires_grad);
-        if (v == NULL) return NULL;
-        int ok = v == PyTuple_GET_ITEM(st, 0);
-        Py_DECREF(v);
-        if (!ok) Py_RETURN_FALSE;
-        v = PyObject_GetAttr(t, s_dtype);
-        if (v == NULL) return NULL;
-        ok = v == PyTuple_GET_ITEM(st, 2);
-        Py_DECREF(v);
-        if (!ok) Py_RETURN_FALSE;
-        v = PyObject_GetAttr(t, s_shape);
-        if (v == NULL) return NULL;
-        ok = same_shape(v, PyTuple_GET_ITEM(st, 1));
-        Py_DECREF(v);
+        PyObject *where = PyTuple_GET_ITEM(st, 3);
+        int ok = same_value(self, t, 0, PyTuple_GET_ITEM(st, 0));
+        if (ok == 1) ok = same_value(self, t, 2, PyTuple_GET_ITEM(st, 2));
+        if (ok == 1) ok = same_value(self, t, 1, PyTuple_GET_ITEM(st, 1));
+        if (ok == 1) ok = where == Py_True ? same_value(self, t, 3, Py_True) : same_value(self, t, 4, where);
         if (ok < 0) return NULL;
         if (!ok) Py_RETURN_FALSE;
     }
@@ -288,7 +328,8 @@ static PyTypeObject SameType = {
     .tp_name = "_dsguard.Same",
     .tp_basicsize = sizeof(Same),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
-    .tp_doc = "Same(tensors, state): s() is True while each tensor's (requires_grad, shape, dtype) is as in state",
+    .tp_doc = "Same(tensors, state, getters=None): s() is True while each tensor's (requires_grad, shape, dtype, "
+              "device) is as in state",
     .tp_new = same_new,
     .tp_dealloc = (destructor)same_dealloc,
     .tp_traverse = (traverseproc)same_traverse,
@@ -300,10 +341,10 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_dsguard", NULL, -1,
 
 PyMODINIT_FUNC PyInit__dsguard(void) {
     if (PyType_Ready(&WatchType) < 0 || PyType_Ready(&SameType) < 0) return NULL;
-    s_requires_grad = PyUnicode_InternFromString("requires_grad");
-    s_shape = PyUnicode_InternFromString("shape");
-    s_dtype = PyUnicode_InternFromString("dtype");
-    if (!s_requires_grad || !s_shape || !s_dtype) return NULL;
+    for (int k = 0; k < NGET; k++) {
+        get_names[k] = PyUnicode_InternFromString(GET_NAMES[k]);
+        if (get_names[k] == NULL) return NULL;
+    }
     PyObject *m = PyModule_Create(&module);
     if (m == NULL) return NULL;
     Py_INCREF(&WatchType);
@@ -356,11 +397,14 @@ def watch(dicts, owners=()) -> object:
     return mod.Watch(dicts, owners, tuple(vars(o) for o in owners))
 
 
-def same(tensors, state) -> object | None:
-    """A checker `s()` that is True while each tensor's (requires_grad, shape, dtype) is the one in
-    `state` (a tuple of such triples, shapes as tuples), or None without the extension."""
+def same(tensors, state, getters=None) -> object | None:
+    """A checker `s()` that is True while each tensor's (requires_grad, shape, dtype, device) is the
+    one in `state` (a tuple of such, shapes as tuples, the device True for "on the CPU"), or None
+    without the extension. `getters`: the getset descriptors of requires_grad, shape, dtype, is_cpu
+    and device, when every tensor's type resolves to them (their C getters are then called without
+    an attribute lookup: 2.0 -> 1.4 us for 16 parameters)."""
     mod = extension()
-    return mod.Same(tuple(tensors), tuple(state)) if mod is not None else None
+    return mod.Same(tuple(tensors), tuple(state), getters) if mod is not None else None
 
 
 def extension():

@@ -148,6 +148,9 @@ class CompiledFunction:
         params = list(self._sig.parameters.values())
         self._names = tuple(p.name for p in params)
         self._simple = all(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in params)
+        # positional arguments, all given: L built by one dict display (half of dict(zip(...)))
+        self._arity = len(self._names) if self._simple else -1
+        self._to_L = eval("lambda a: {" + ", ".join(f"{n!r}: a[{i}]" for i, n in enumerate(self._names)) + "}")
         self._globals = getattr(code_fn, "__globals__", {})
         self._closure = getattr(code_fn, "__closure__", None) or ()
         self._freevars = getattr(getattr(code_fn, "__code__", None), "co_freevars", ())
@@ -193,10 +196,7 @@ class CompiledFunction:
             key = _eager_key(args)
             if key in self._eager_keys:
                 return self._fn(*args, **kwargs)
-        if kwargs or not self._simple or len(args) != len(self._names):
-            L = self._bind(args, kwargs)
-        else:
-            L = dict(zip(self._names, args))
+        L = self._to_L(args) if len(args) == self._arity and not kwargs else self._bind(args, kwargs)
         shape = ((len(args), tuple(kwargs)) if kwargs else len(args)) if self._shape_matters else 0
         entries = self._cache.entries
         e = entries[0] if entries else None  # the newest first, without a call into the cache

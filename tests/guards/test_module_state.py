@@ -262,11 +262,14 @@ def test_a_watch_answers_changed_until_committed_and_after_any_write():
     assert not w()
 
 
-def test_same_answers_false_once_a_tensor_changes_in_place():
+@pytest.mark.parametrize("getters", ["looked up", "called directly"])
+def test_same_answers_false_once_a_tensor_changes_in_place(getters):
     if native.extension() is None:
         pytest.skip(f"no guard extension here: {native.why_not()}")
+    names = ("requires_grad", "shape", "dtype", "is_cpu", "device")
+    g = tuple(getattr(torch._C.TensorBase, k) for k in names) if getters == "called directly" else None
     p = nn.Parameter(torch.randn(2, 3))
-    s = native.same([p], [(True, (2, 3), torch.float32)])
+    s = native.same([p], [(True, (2, 3), torch.float32, True)], g)
     assert s()
     p.requires_grad_(False)
     assert not s()
@@ -277,3 +280,7 @@ def test_same_answers_false_once_a_tensor_changes_in_place():
     assert not s()
     p.data = torch.randn(2, 3)
     assert s()
+    meta = native.same([p], [(True, (2, 3), torch.float32, torch.device("meta"))], g)
+    assert not meta()
+    torch.utils.swap_tensors(p, nn.Parameter(torch.empty(2, 3, device="meta")))  # same object, on meta now
+    assert meta() and not s()
