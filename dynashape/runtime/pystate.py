@@ -19,7 +19,6 @@ arguments, the modules, the globals it names), giving every object a source
 from __future__ import annotations
 
 import enum
-import re
 import types
 
 import torch
@@ -355,12 +354,13 @@ class PyState:
             ks = self._const(tuple(k for _, _, k, _ in self._mod_plain), "mks")
             vals = tuple(x for *_, x in self._mod_plain)
             self.module_lines.append(f"mp_ = tuple(map(_get, {ds_}, {ks}))")
+            names = {id(src): src.name() for _, src, _, _ in self._mod_plain}  # a source prints once
             self._check_module(f"mp_ == {self._const(vals, 'vals')} and tuple(map(type, mp_)) == "
                                f"{self._const(tuple(map(type, vals)), 'types')}", _why_modules(self._mod_plain),
-                               "module attributes: " + " and ".join(f"{src.name()}.{k} == {x!r}"
+                               "module attributes: " + " and ".join(f"{names[id(src)]}.{k} == {x!r}"
                                                                     for _, src, k, x in self._mod_plain))
-        members = [(vars(m), k, vars(m)[k], src) for m, src in self._walked for k in module_epoch.MEMBERS
-                   if isinstance(vars(m).get(k), dict)]
+        members = [(d, k, d[k], src) for d, src in ((vars(m), src) for m, src in self._walked)
+                   for k in module_epoch.MEMBERS if isinstance(d.get(k), dict)]
         if not members:
             return
         import itertools
@@ -596,7 +596,8 @@ class Runner:
 
 def _failing(line: str) -> str:
     """A check `if not (c): return 3` as the entry's guard writes it: `if not (c): return False`."""
-    return re.sub(r"^(if not \(.*\)): return \d+$", r"\1: return False", line)
+    head, sep, index = line.rpartition(": return ")
+    return f"{head}: return False" if sep and line.startswith("if not (") and index.isdigit() else line
 
 
 def _named(run, fn):
