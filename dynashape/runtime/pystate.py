@@ -347,7 +347,7 @@ class PyState:
             self.ns["_is"] = operator.is_
             self._check_module(f"all(map(_is, map(vars, {self._const(tuple(m for m, _ in self._walked), 'mods')}), "
                                f"{self._const(tuple(vars(m) for m, _ in self._walked), 'mds')}))",
-                               "a module's __dict__ was replaced", None)
+                               _why_replaced(self._walked), None)
         if self._mod_plain:
             self.ns["_get"] = dict.get
             ds_ = self._const(tuple(d for d, *_ in self._mod_plain), "mds")
@@ -541,6 +541,17 @@ def _why_modules(items):
             if type(now) is not type(x) or now != x:
                 return f"{src.name()}.{k} == {x!r} failed ({src.pretty()}.{k} = {now!r})"
         return "module attributes changed"
+    return why
+
+
+def _why_replaced(walked):
+    saved = [(m, vars(m), src) for m, src in walked]
+
+    def why(L):
+        for m, d, src in saved:
+            if vars(m) is not d:
+                return f"{src.pretty()}.__dict__ is not the dict it was when traced (it was replaced)"
+        return "module state changed"
     return why
 
 

@@ -284,3 +284,11 @@ def test_same_answers_false_once_a_tensor_changes_in_place(getters):
     assert not meta()
     torch.utils.swap_tensors(p, nn.Parameter(torch.empty(2, 3, device="meta")))  # same object, on meta now
     assert meta() and not s()
+
+
+def test_a_replaced_module_dict_is_named_in_the_recompile_reason(watching):
+    m, cm, x = _compiled(Scaled(), 3, 4)
+    object.__setattr__(m, "__dict__", dict(vars(m)))  # equal contents, another dict
+    _same(cm, m, x)
+    assert any("__dict__ is not the dict it was when traced" in r for r in cm.stats.recompile_reasons), \
+        cm.stats.recompile_reasons
