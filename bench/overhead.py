@@ -23,6 +23,8 @@ tens of microseconds and can make torch's figure negative. So the MLP also gets
 a second baseline, "flat": a hand-written function calling F.linear/F.relu on
 pre-fetched parameters, i.e. what both compiled graphs execute; overhead vs
 flat is the dispatch cost alone and is the fairer ratio for the MLP.
+
+It also prints what a call past the recompile limit costs over eager (such a call runs eagerly).
 """
 from __future__ import annotations
 
@@ -30,6 +32,7 @@ import gc
 import statistics
 import sys
 import time
+import warnings
 
 import torch
 from torch import nn
@@ -153,6 +156,35 @@ def bench(name, fn, flat, x):
     return med, ovh, ovh_flat
 
 
+def past_limit():
+    """Per-call cost of a call past the recompile limit, over eager: `x * x.size(0)` compiled with
+    dynamic=False is given 11 sizes (8 entries, then the limit), then a 12th size, which misses
+    every entry and runs eagerly. Same rounds as above: (ours - eager) per round, median."""
+    cf = ds.compile(scale, dynamic=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the one recompile-limit warning
+        for n in range(1, 12):
+            cf(torch.randn(n))
+    x = torch.randn(100)
+    torch.testing.assert_close(cf(x), scale(x))
+    compiles = cf.stats.compiles
+    assert compiles == ds.config.recompile_limit, compiles
+    n = CALLS["x * x.size(0)"]
+    per_call = {"eager": [], "ours": []}
+    gc.collect()
+    gc.disable()
+    try:
+        for r in range(ROUNDS):
+            order = [("eager", scale), ("ours", cf)][::1 if r % 2 else -1]
+            for k, fn in order:
+                per_call[k].append(time_loop(fn, x, n))
+    finally:
+        gc.enable()
+    assert cf.stats.compiles == compiles, "compiled past the limit"
+    over = statistics.median(o - e for o, e in zip(per_call["ours"], per_call["eager"])) * 1e6
+    return statistics.median(per_call["eager"]) * 1e6, statistics.median(per_call["ours"]) * 1e6, over
+
+
 def main():
     ds.config.pgo = False  # cold compiles: torch.compile has no profile to start from either
     torch.set_num_threads(1)
@@ -174,6 +206,9 @@ def main():
             if med["ours parts"] is not None:
                 g, f = med["ours parts"]
                 print(f"    (diagnostic, ours alone: guard function {g:.2f} us/call, graph function {f:.2f} us/call)")
+    eager, ours, over = past_limit()
+    print(f"  past the recompile limit ({CALLS['x * x.size(0)']} calls/sample): eager {eager:.2f} us/call, "
+          f"ours {ours:.2f} us/call, overhead {over:.2f} us (the call runs eagerly; aim ~1 us)")
     ok = True
     for name, (ovh, ovh_flat) in results.items():
         for base, o in (("eager", ovh), ("flat", ovh_flat)):

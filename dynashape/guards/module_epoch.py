@@ -1,9 +1,11 @@
-"""A counter bumped whenever any nn.Module attribute is set or deleted, or a hook registered or removed.
+"""A counter bumped whenever any nn.Module attribute is set or deleted, or a hook registered or removed,
+and the dicts a module's state lives in.
 
-Guards on module state (`training`, plain attributes) are re-checked only when
-the counter moved since they last passed: one int comparison per call instead
-of a walk over every submodule. Importing dynashape wraps
-`nn.Module.__setattr__`/`__delattr__` to bump it, and the hook handle every
+A compiled module's call goes straight to its compiled forward while the counter has not moved
+since it last found no wrapper to run and no hook dicts to re-read (runtime/compile.py). Guards do
+not rely on it: state changes without `__setattr__` (`m._parameters[k] = p`, `Sequential.append`)
+move no counter, so they watch the dicts themselves (`state_dicts`, guards/native.py). Importing
+dynashape wraps `nn.Module.__setattr__`/`__delattr__` to bump it, and the hook handle every
 `register_*_hook` returns (created on registration, `remove()`d on removal); behaviour is
 unchanged.
 """
@@ -54,13 +56,30 @@ if not getattr(torch.utils.hooks.RemovableHandle.__init__, "_dynashape_epoch", F
 HOOKS = ("_forward_pre_hooks", "_forward_hooks", "_backward_pre_hooks", "_backward_hooks")
 GLOBAL_HOOKS = ("_global_forward_pre_hooks", "_global_forward_hooks", "_global_backward_pre_hooks",
                  "_global_backward_hooks")
+MEMBERS = ("_parameters", "_buffers", "_modules")
+_HOOK_FLAGS = ("_forward_hooks_with_kwargs", "_forward_hooks_always_called", "_forward_pre_hooks_with_kwargs")
+_GLOBAL_HOOK_FLAGS = ("_global_forward_hooks_with_kwargs", "_global_forward_hooks_always_called")
 
 
 def hook_dicts(modules) -> tuple:
     """The dicts that hold the forward and backward hooks of `modules` and the global module hooks
-    (`nn.modules.module.register_module_forward_hook` & co): what `Module.__call__` runs besides forward."""
+    (`nn.modules.module.register_module_forward_hook` & co), and how they are called (with kwargs,
+    always): what `Module.__call__` runs besides forward. All empty when no hook is registered."""
     from torch.nn.modules import module as _m
-    out = [d for d in (getattr(_m, k, None) for k in GLOBAL_HOOKS) if isinstance(d, dict)]
+    out = [d for d in (getattr(_m, k, None) for k in GLOBAL_HOOKS + _GLOBAL_HOOK_FLAGS) if isinstance(d, dict)]
     for m in modules:
-        out += [d for d in (m.__dict__.get(k) for k in HOOKS) if isinstance(d, dict)]
+        out += [d for d in (m.__dict__.get(k) for k in HOOKS + _HOOK_FLAGS) if isinstance(d, dict)]
+    return tuple(out)
+
+
+def state_dicts(modules) -> tuple:
+    """Every dict a module call reads its state from: each module's `__dict__` (plain attributes,
+    `training`), the dicts of its parameters, buffers and submodules, and the hook dicts (its own and
+    the global ones). A guard that watches these (guards/native.py) sees any change of that state."""
+    modules = list(modules)
+    out, seen = [], set()
+    for d in hook_dicts(modules) + tuple(x for m in modules for x in (vars(m), *(vars(m).get(k) for k in MEMBERS))):
+        if isinstance(d, dict) and id(d) not in seen:
+            seen.add(id(d))
+            out.append(d)
     return tuple(out)

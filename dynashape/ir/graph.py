@@ -14,6 +14,7 @@ Node kinds (a fixed set):
 """
 from __future__ import annotations
 
+from builtins import isinstance  # the builtin, not tracing/pyenv.py's patch: our own answers are plain, faster
 from dataclasses import dataclass, field
 from typing import Any, Callable
 

@@ -16,6 +16,9 @@ import torch
 from ..tracing.state import is_tracing
 
 _ATTR = "_dynashape_marks"
+# a mark_* call was made in this process: until then no tensor carries marks for the guards to read (one
+# unpickled with its marks could: marks steer the policy, never what a guard-accepted call computes)
+ANY = [False]
 
 
 @dataclass(frozen=True)
@@ -53,6 +56,7 @@ def _set(t, dims, mark) -> None:
     marks = dict(marks_of(t))
     for d in dims:
         marks[d] = mark
+    ANY[0] = True
     setattr(t, _ATTR, marks)
 
 

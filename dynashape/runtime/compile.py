@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 import torch
 
 from ..guards.build import GuardSet, build_guards
+from ..guards import native as _native
+from ..guards.module_epoch import epoch as _module_epoch, hook_dicts
 from ..ir.graph import Graph
 from ..symbolic.errors import DataDependentError, DynashapeError
 from ..symbolic import tracehook as _th
@@ -29,6 +31,7 @@ from ..symbolic.userloc import user_frames
 from ..symbolic.sources import AttrSource, ClosureSource, GlobalSource, ItemSource, LocalSource
 from ..tracing.errors import GraphBreak, GraphBreakError
 from ..tracing import state as _tracing_state
+from ..tracing.state import running as _TRACING
 from ..tracing.inputs import ValueInput
 from ..tracing.tracer import Tracer
 from ..tracing.meta_cache import modes_now
@@ -40,7 +43,7 @@ from . import stance as _stance
 from .errors import RecompileError
 from .annotations import _ATTR as _MARKS
 from .module_scalars import symbolic_attributes
-from .pystate import PyState
+from .pystate import PyState, Runner
 from ..tracing.pyenv import trace_environment
 from .policy import FrameState, make_policy
 from .dispatch import EntryCache
@@ -84,6 +87,14 @@ class Entry:
     dynamic_sources: dict = field(default_factory=dict)  # source name -> why it is dynamic
     call_shape: tuple = ()  # (number of positional arguments, keyword names): how the user called it
     tree: object = None  # speculation.Tree when the graph branches on data
+    run: object = None  # what a call runs: fn, or the function inside fn's runner (one call fewer)
+
+    def __post_init__(self):
+        self.set_fn(self.fn)
+
+    def set_fn(self, fn) -> None:
+        self.fn = fn
+        self.run = fn.run if isinstance(fn, Runner) else fn
 
     @property
     def guards(self) -> list[str]:
@@ -99,6 +110,15 @@ class Entry:
 
 
 _EAGER_KEYS = 4096
+
+
+def _native_dir() -> str:
+    """Where the guards' dict watcher is built (guards/native.py): beside the fused backend's kernels."""
+    from ..fleet.pgo_store import pgo_dir
+    return os.path.expanduser(config.fused_cache_dir or os.path.join(pgo_dir(), "kernels"))
+
+
+_native.directory[0] = _native_dir
 
 
 def _eager_key(args) -> tuple:
@@ -128,6 +148,9 @@ class CompiledFunction:
         params = list(self._sig.parameters.values())
         self._names = tuple(p.name for p in params)
         self._simple = all(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in params)
+        # positional arguments, all given: L built by one dict display (half of dict(zip(...)))
+        self._arity = len(self._names) if self._simple else -1
+        self._to_L = eval("lambda a: {" + ", ".join(f"{n!r}: a[{i}]" for i, n in enumerate(self._names)) + "}")
         self._globals = getattr(code_fn, "__globals__", {})
         self._closure = getattr(code_fn, "__closure__", None) or ()
         self._freevars = getattr(getattr(code_fn, "__code__", None), "co_freevars", ())
@@ -166,17 +189,20 @@ class CompiledFunction:
 
     def __call__(self, *args, **kwargs):
         if self._module is not None:
-            args = (self._module,) + args
+            args = (self._module, *args)
         stance = _stance._current[0] if not self.internal else "default"
-        if stance == "force_eager" or _tracing_state.is_tracing():  # inside another trace: inline it
+        if stance == "force_eager" or _TRACING[0] and _tracing_state.is_tracing():  # inside a trace: inline it
             return self._fn(*args, **kwargs)
         if self._fell_back and not kwargs:  # past the limit: sizes seen to miss every entry run eagerly at once
             key = _eager_key(args)
             if key in self._eager_keys:
                 return self._fn(*args, **kwargs)
-        L = self._bind(args, kwargs)
+        L = self._to_L(args) if len(args) == self._arity and not kwargs else self._bind(args, kwargs)
         shape = ((len(args), tuple(kwargs)) if kwargs else len(args)) if self._shape_matters else 0
-        e = self._cache.lookup(L, shape)
+        entries = self._cache.entries
+        e = entries[0] if entries else None  # the newest first, without a call into the cache
+        if e is None or e.call_shape != shape or not e.guard_set.fn(L):
+            e = self._cache.lookup(L, shape, tried=e) if e is not None else None
         if _COLLECTIVES_ON[0] and not self.rank_local and _fleet.agree(self, e is None) and e is not None:
             return self._miss(L, args, kwargs, stance, other_rank=True)  # another rank recompiles: so do we
         if e is None and stance == "eager_on_recompile":  # entries that accept the call still run
@@ -185,7 +211,7 @@ class CompiledFunction:
             if e.fn is None:
                 return self._fn(*args, **kwargs)
             try:
-                return e.fn(L)
+                return e.run(L)
             except SideExit as x:  # this call's data takes a branch the entry has not compiled
                 return self._side_exit(e, x, L, args, kwargs, stance)
         if self._fell_back and len(self.entries) >= config.recompile_limit:  # past the limit: eager, cheaply
@@ -394,7 +420,7 @@ class CompiledFunction:
         if merge_into is not None and merge_into.tree is not None and merge_into.guards == guard_set.guards \
                 and merge_into.tree.add(graph, finish):
             entry = merge_into
-            entry.fn = entry.tree.fn
+            entry.set_fn(entry.tree.fn)
             entry.graph = entry.tree.graph
         if entry is None:
             tree = Tree(self.backend)
@@ -680,6 +706,9 @@ class CompiledModule(torch.nn.Module):
         inner = _fleet.inner(mod)
         object.__setattr__(self, "_inner", inner)
         object.__setattr__(self, "_compiled", CompiledFunction(type(inner).forward, bound_module=inner, **opts))
+        object.__setattr__(self, "_call", self._compiled.__call__)  # bound once: a call fewer than cf(...)
+        object.__setattr__(self, "_direct_at", -1)  # the module epoch at which a call could go straight in
+        object.__setattr__(self, "_hook_dicts", ())  # this module's, the original's and the global hook dicts
 
     def forward(self, *args, **kwargs):
         orig, inner = self._orig_mod, self._inner
@@ -689,8 +718,20 @@ class CompiledModule(torch.nn.Module):
             return orig(*args, **kwargs)
 
     def __call__(self, *args, **kwargs):
-        if self._orig_mod is self._inner and not _wrappers.own_hooks(self) and not _wrappers.has_hooks(self._inner):
-            return self._compiled(*args, **kwargs)  # the hot path: no hooks to run
+        # the hot path: no wrapper and no hooks. The hook dicts are re-read once a module attribute was set
+        # (a dict replaced); their contents are looked at on every call
+        if self._direct_at == _module_epoch[0] and not any(self._hook_dicts):
+            return self._call(*args, **kwargs)
+        return self._call_slow(args, kwargs)
+
+    def _call_slow(self, args, kwargs):
+        at, inner = _module_epoch[0], self._inner
+        direct = self._orig_mod is inner
+        dicts = hook_dicts((self, inner))
+        object.__setattr__(self, "_hook_dicts", dicts)
+        object.__setattr__(self, "_direct_at", at if direct else -1)
+        if direct and not any(dicts):
+            return self._compiled(*args, **kwargs)
         if _wrappers.own_hooks(self):  # registered on the compiled module (fully_shard(ds.compile(m)))
             return torch.nn.Module.__call__(self, *args, **kwargs)
         return self.forward(*args, **kwargs)

@@ -46,12 +46,13 @@ class EntryCache:
         self._index.clear()
         self._rest.clear()
 
-    def lookup(self, L, call_shape=0):
-        """The entry to run for the arguments `L` (called as `call_shape`), or None."""
+    def lookup(self, L, call_shape=0, tried=None):
+        """The entry to run for the arguments `L` (called as `call_shape`), or None. `tried`: an entry
+        whose guards already refused `L`."""
         entries = self.entries
         if len(entries) <= SCAN:
             for e in entries:
-                if e.call_shape == call_shape and e.guard_set.fn(L):
+                if e is not tried and e.call_shape == call_shape and e.guard_set.fn(L):
                     return e
             return None
         for names, table in self._index.items():
@@ -60,9 +61,9 @@ class EntryCache:
             except (KeyError, AttributeError, TypeError):
                 continue
             for e in table.get(key, ()):
-                if e.call_shape == call_shape and e.guard_set.fn(L):
+                if e is not tried and e.call_shape == call_shape and e.guard_set.fn(L):
                     return e
         for e in self._rest:
-            if e.call_shape == call_shape and e.guard_set.fn(L):
+            if e is not tried and e.call_shape == call_shape and e.guard_set.fn(L):
                 return e
         return None

@@ -14,6 +14,7 @@ size-oblivious the same way. Sound, and one graph instead of one per 0/1 size.
 """
 from __future__ import annotations
 
+from builtins import isinstance  # the builtin, not tracing/pyenv.py's patch: our own answers are plain, faster
 import re
 
 import torch
@@ -123,7 +124,7 @@ def _matcher(spec: str):
     """A predicate over source names from `L['x'],L['y']` or regexes like `L\\['x.*'\\]`."""
     items = [s.strip() for s in spec.split(",") if s.strip()] if spec else []
     if not items:
-        return lambda name: False
+        return None  # nothing listed: no source name needs building
     pats = []
     for it in items:
         try:
@@ -143,7 +144,8 @@ def make_policy(dynamic, frame_state: FrameState, L: dict, explain: dict | None 
     all_dynamic = dynamic is True or (dynamic is None and not config.assume_static_by_default)
 
     def listed(match, source, tensor_source):
-        return match(source.name()) or (tensor_source is not None and match(tensor_source.name()))
+        return match is not None and (match(source.name()) or (tensor_source is not None
+                                                                and match(tensor_source.name())))
 
     def policy(source, value, kind, tensor=None, dim=None) -> DimPolicy:
         tsrc = source.base if isinstance(source, SizeSource) else None

@@ -7,8 +7,9 @@ arguments, the modules, the globals it names), giving every object a source
 (`L['cache'].layers[0]`):
 
 - guards: the types, lengths, keys and plain values met on the way (checked on
-  every call, not only after `Module.__setattr__`), tensors become inputs read
-  from their source;
+  every call, not only after `Module.__setattr__`; those over modules' own dicts
+  whenever one of those dicts was written, guards/native.py), tensors become
+  inputs read from their source;
 - snapshot: a shallow copy of every list, dict and object `__dict__` met;
 - after the trace, the difference from the snapshot is the trace's side effects:
   they are turned into *effects* replayed with this call's values when the
@@ -26,6 +27,7 @@ from torch.nn.modules import module as nn_module
 from ..guards import module_epoch
 from ..symbolic.sources import AttrSource, ItemSource, Source
 from ..tracing.outputs import Template, build, builder
+from .annotations import ANY as _MARKED_ANY
 
 _PLAIN = (bool, int, float, str, bytes, type(None), complex)
 _ATOMIC = (torch.dtype, torch.device, torch.layout, torch.memory_format, enum.Enum, torch.Size)
@@ -70,13 +72,14 @@ class PyState:
         self.module_targets = False
         self.skip_attrs: set = set()  # (id(module), name) traced as SymInts: not guarded as constants
         self._mod_plain: list = []  # (module __dict__, source, name, value): every module's plain attributes
-        self._mod_dicts: list = []  # (its _parameters/_buffers/_modules dict, source, name)
+        self._walked: list = []  # (module, source): the modules whose members the guard checks
+        self.module_lines: list[str] = []  # checks that read only the walked modules' dicts (see guard())
         self._cells: list = []  # (closure cell, its int) holding a SymInt while tracing
         self.frame_state = None  # automatic dynamic for closed-over ints (runtime.policy.FrameState)
 
     # ------------------------------------------------------------ walking
     def _const(self, v, hint="k") -> str:
-        name = f"_{hint}{len(self.ns)}"
+        name = f"_S{hint}{len(self.ns)}"  # _S: apart from guards/build.py's names, whose function inlines these
         self.ns[name] = v
         return name
 
@@ -128,14 +131,10 @@ class PyState:
         self._var[id(m)] = mv
         d = vars(m)
         self.containers.append(("attrs", m, src))
-        for k in ("_parameters", "_buffers", "_modules"):
+        for k in module_epoch.MEMBERS:
             if isinstance(d.get(k), dict):
                 self.containers.append(("dict", d[k], AttrSource(src, k)))
-        for k in ("_parameters", "_buffers"):  # replaced without __setattr__: still seen
-            t = d.get(k)
-            if t:
-                self._mod_dicts.append((t, src, k))
-                self._keep.append(tuple(t.values()))
+        self._walked.append((m, src))
         self._mod_plain.append((d, src, "training", m.training))
         self._class_attrs(type(m), src)
         self._attrs(m, src, mv, 1, module=True)
@@ -297,7 +296,8 @@ class PyState:
                 continue
             if k.startswith("__"):
                 continue
-            (plain if isinstance(x, _PLAIN) else rest).append((k, x))
+            immutable = isinstance(x, _PLAIN) or type(x) in (tuple, frozenset) and _plain(x)  # kernel_size=(3, 3)
+            (plain if immutable and (module or isinstance(x, _PLAIN)) else rest).append((k, x))
         if module:  # checked together with every other module's, in one comparison
             self._mod_plain += [(d, src, k, x) for k, x in plain]
             if any(not isinstance(x, torch.nn.Module) for _, x in rest):
@@ -321,9 +321,10 @@ class PyState:
         marks to reuse this entry, but the marks it does carry must hold here (a dim marked dynamic
         is dynamic in this entry, one marked static is not); else it recompiles."""
         now = getattr(t, attr, None)
-        self.ns["_marks_ok"] = _marks_ok
+        self.ns["_marks_ok"], self.ns["_marked"] = _marks_ok, _MARKED_ANY
         m = f"getattr({src.name()}, {attr!r}, None)"
-        self._check(f"{m} is None or _marks_ok({m}, {self._const(now)}, {self._const(frozenset(dynamic_dims))})",
+        self._check(f"not _marked[0] or {m} is None or _marks_ok({m}, {self._const(now)}, "
+                    f"{self._const(frozenset(dynamic_dims))})",
                     f"the ds.mark_* annotations of {src.pretty()} are not those of this entry "
                     f"(dynamic dims here: {sorted(dynamic_dims)})", listed=False)
 
@@ -337,46 +338,69 @@ class PyState:
 
     # ------------------------------------------------------------ the guard
     def _module_checks(self) -> None:
-        """Every module's plain attributes, and the tensors and submodules its dicts hold, in two
-        comparisons (a per-module check costs more than the dicts' lookups)."""
+        """Every walked module's plain attributes, and what its `_parameters`, `_buffers` and `_modules`
+        hold, in a few comparisons over all modules (a per-module check costs more than the lookups).
+        They read nothing but the modules' dicts (`module_epoch.state_dicts`): the guard runs them only
+        when one of those dicts was written since they last passed (guards/native.py)."""
+        if self._walked:  # `m.__dict__ = {...}`: the dicts below are no longer the module's
+            import operator
+            self.ns["_is"] = operator.is_
+            self._check_module(f"all(map(_is, map(vars, {self._const(tuple(m for m, _ in self._walked), 'mods')}), "
+                               f"{self._const(tuple(vars(m) for m, _ in self._walked), 'mds')}))",
+                               _why_replaced(self._walked), None)
         if self._mod_plain:
             self.ns["_get"] = dict.get
             ds_ = self._const(tuple(d for d, *_ in self._mod_plain), "mds")
             ks = self._const(tuple(k for _, _, k, _ in self._mod_plain), "mks")
             vals = tuple(x for *_, x in self._mod_plain)
-            self.lines.insert(0, f"mp_ = tuple(map(_get, {ds_}, {ks}))")
-            self._check_first(f"mp_ == {self._const(vals, 'vals')} and tuple(map(type, mp_)) == "
-                              f"{self._const(tuple(map(type, vals)), 'types')}", _why_modules(self._mod_plain),
-                              "module attributes: " + " and ".join(f"{src.name()}.{k} == {x!r}"
-                                                                   for _, src, k, x in self._mod_plain))
-        if self._mod_dicts:
-            import itertools
-            dicts = tuple(t for t, _, _ in self._mod_dicts)
-            self.ns["_chain"], self.ns["_values"] = itertools.chain.from_iterable, dict.values
-            md = self._const(dicts, "mdicts")
-            members = tuple(v for t in dicts for v in t.values())
-            keys = tuple(k for t in dicts for k in t)
-            # tuple equality compares identical items by identity first: a replaced tensor falls to
-            # Tensor.__eq__, which raises in bool(), and a guard that raises fails
-            self._check_first(f"tuple(_chain(map(_values, {md}))) == {self._const(members, 'members')} and "
-                              f"tuple(_chain({md})) == {self._const(keys, 'keys')}",
-                              _why_dicts(self._mod_dicts), None)
+            self.module_lines.append(f"mp_ = tuple(map(_get, {ds_}, {ks}))")
+            names = {id(src): src.name() for _, src, _, _ in self._mod_plain}  # a source prints once
+            self._check_module(f"mp_ == {self._const(vals, 'vals')} and tuple(map(type, mp_)) == "
+                               f"{self._const(tuple(map(type, vals)), 'types')}", _why_modules(self._mod_plain),
+                               "module attributes: " + " and ".join(f"{names[id(src)]}.{k} == {x!r}"
+                                                                    for _, src, k, x in self._mod_plain))
+        members = [(d, k, d[k], src) for d, src in ((vars(m), src) for m, src in self._walked)
+                   for k in module_epoch.MEMBERS if isinstance(d.get(k), dict)]
+        if not members:
+            return
+        import itertools
+        import operator
+        self.ns.update(_get=dict.get, _is=operator.is_, _chain=itertools.chain.from_iterable, _values=dict.values)
+        held = tuple(t for _, _, t, _ in members)
+        self._keep.append(tuple(tuple(t.values()) for t in held))
+        why = _why_dicts(members)
+        # the dicts are still the modules' own (replaced without __setattr__: `vars(m)[k] = {}`)
+        self._check_module(f"all(map(_is, map(_get, {self._const(tuple(d for d, *_ in members), 'mds')}, "
+                           f"{self._const(tuple(k for _, k, _, _ in members), 'mks')}), {self._const(held, 'mdicts')}))",
+                           why, None)
+        empty = tuple(t for t in held if not t)
+        if empty:  # nothing added since (`register_buffer`, `Sequential.append`: no __setattr__)
+            self._check_module(f"not any({self._const(empty, 'empty')})", why, None)
+        full = tuple(t for t in held if t)
+        if full:  # the same names, in the same order, holding the same objects (by identity: an equal
+            # one-element tensor is not the same parameter)
+            md = self._const(full, "mdicts")
+            self._check_module(f"tuple(_chain({md})) == {self._const(tuple(k for t in full for k in t), 'keys')} "
+                               f"and all(map(_is, _chain(map(_values, {md})), "
+                               f"{self._const(tuple(v for t in full for v in t.values()), 'members')}))", why, None)
 
-    def _check_first(self, cond, why, listed) -> None:
-        """A check at the top of the guard function (its index is appended: failures are found by index)."""
-        at = 1 if self.lines and self.lines[0].startswith("mp_ = ") else 0
-        self.lines.insert(at, f"if not ({cond}): return {len(self.texts)}")
+    def _check_module(self, cond, why, listed) -> None:
+        """A check of the walked modules' dicts: the guard runs these first, when one of the dicts changed."""
+        self.module_lines.append(f"if not ({cond}): return {len(self.texts)}")
         self.texts.append(why)
         if listed:
             self.listed.append(listed)
 
     def guard(self):
-        """(fn(L) -> None when the state matches, else the index of the failed check; texts)."""
+        """fn(L) -> None when the state matches, else the index of the failed check (its text in
+        `fn.texts`), for explaining a miss. The guard function of the entry inlines the same checks:
+        `fn.lines` on every call, `fn.module_lines` when a dict of `fn.modules` changed."""
         self._module_checks()
-        if not self.lines:
+        if not self.lines and not self.module_lines:
             return None
         ns = dict(self.ns, **self.env, torch=torch)
-        src = "def state_guard(L):\n" + "".join(f"    {ln}\n" for ln in self.lines) + "    return None\n"
+        body = self.module_lines + self.lines
+        src = "def state_guard(L):\n" + "".join(f"    {ln}\n" for ln in body) + "    return None\n"
         from ..ir.codegen import exec_source
         exec_source(src, "state-guards", ns)
         fn = ns["state_guard"]
@@ -389,6 +413,10 @@ class PyState:
         safe.source = src
         safe.texts = self.texts
         safe.listed = self.listed
+        safe.ns = ns
+        safe.lines = [_failing(ln) for ln in self.lines]
+        safe.module_lines = [_failing(ln) for ln in self.module_lines]
+        safe.modules = [m for m, _ in self._walked]
         return safe
 
     # ------------------------------------------------------------ snapshot, effects, restore
@@ -436,6 +464,11 @@ class PyState:
     def runner(self, fn):
         """fn(L) -> flat graph values becomes fn(L) -> the output, with the effects applied."""
         finish = self.finisher()
+        i = getattr(finish, "index", None)
+        if i is not None:  # one value out, no effects: the common case, one call fewer
+            if getattr(type(fn), "forwards_to_fn", False):  # fn(L) is fn.fn(L), fn.fn swapped when ready
+                return _named(lambda L: fn.fn(L)[i], fn)
+            return _named(lambda L: fn(L)[i], fn)
         return _named(lambda L: finish(fn(L), L), fn)
 
     def finisher(self):
@@ -511,14 +544,29 @@ def _why_modules(items):
     return why
 
 
-def _why_dicts(items):
-    saved = [(t, src, k, dict(t)) for t, src, k in items]
+def _why_replaced(walked):
+    saved = [(m, vars(m), src) for m, src in walked]
 
     def why(L):
-        for t, src, k, before in saved:
+        for m, d, src in saved:
+            if vars(m) is not d:
+                return f"{src.pretty()}.__dict__ is not the dict it was when traced (it was replaced)"
+        return "module state changed"
+    return why
+
+
+def _why_dicts(members):
+    """members: (module __dict__, name, its dict then, source)."""
+    saved = [(d, k, t, src, dict(t)) for d, k, t, src in members]
+    what = {"_parameters": "parameters", "_buffers": "buffers", "_modules": "submodules"}
+
+    def why(L):
+        for d, k, t, src, before in saved:
+            if d.get(k) is not t:
+                return f"{src.pretty()}.{k} is not the dict it was when traced (it was replaced)"
             if list(t) != list(before) or any(t[n] is not v for n, v in before.items()):
-                what = {"_parameters": "parameters", "_buffers": "buffers", "_modules": "submodules"}[k]
-                return f"the {what} of {src.pretty()} are not the same objects as when traced"
+                names = f" (now {list(t)}, then {list(before)})" if list(t) != list(before) else ""
+                return f"the {what[k]} of {src.pretty()} are not the same objects as when traced{names}"
         return "module members changed"
     return why
 
@@ -541,7 +589,7 @@ def _why_attrs(read, src, items):
     return why
 
 
-class _Runner:
+class Runner:
     """The backend's callable with the output rebuilt and effects applied; its attributes (the
     source, a fused backend's regions and state) are the backend callable's."""
 
@@ -557,8 +605,14 @@ class _Runner:
         return getattr(self.graph_fn, name)
 
 
+def _failing(line: str) -> str:
+    """A check `if not (c): return 3` as the entry's guard writes it: `if not (c): return False`."""
+    head, sep, index = line.rpartition(": return ")
+    return f"{head}: return False" if sep and line.startswith("if not (") and index.isdigit() else line
+
+
 def _named(run, fn):
-    return _Runner(run, fn)
+    return Runner(run, fn)
 
 
 def _contents(kind, obj):

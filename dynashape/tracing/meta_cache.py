@@ -9,6 +9,7 @@ anything with an argument we cannot describe exactly are never cached.
 """
 from __future__ import annotations
 
+from builtins import isinstance  # the builtin, not tracing/pyenv.py's patch: our own answers are plain, faster
 from collections import OrderedDict
 
 import torch

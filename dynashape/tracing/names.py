@@ -4,8 +4,25 @@ from __future__ import annotations
 import importlib
 
 
+_known: dict = {}  # torch's callables -> their names (a trace asks several times per op)
+
+
 def target_name(target) -> str:
     """`torch.cat`, `torch.Tensor.add`, `torch.nn.functional.linear`, `torch.ops.aten.slice.Tensor` …"""
+    try:
+        return _known[target]
+    except (KeyError, TypeError):
+        pass
+    name = _target_name(target)
+    if name.startswith("torch."):  # not the user's callables: the cache would keep them alive
+        try:
+            _known[target] = name
+        except TypeError:
+            pass
+    return name
+
+
+def _target_name(target) -> str:
     kind = type(target).__name__
     if kind == "OpOverload":
         return f"torch.ops.{target.namespace}.{target.overloadpacket.__name__}.{target._overloadname}"

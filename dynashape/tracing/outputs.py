@@ -238,7 +238,9 @@ def builder(spec):
     """fn(flat, L) -> the output for one spec, with a fast path for the common shapes."""
     if spec[0] == LEAF:
         i = spec[1]
-        return lambda flat, L: flat[i]
+        leaf = lambda flat, L: flat[i]  # noqa: E731
+        leaf.index = i  # a runner may index the graph's result itself (runtime/pystate.py)
+        return leaf
     if spec[0] == SEQ and spec[1] is tuple and all(s[0] == LEAF for s in spec[2]):
         idx = [s[1] for s in spec[2]]
         if idx == list(range(len(idx))):

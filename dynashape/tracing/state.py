@@ -8,6 +8,8 @@ from __future__ import annotations
 import threading
 
 _local = threading.local()
+running = [0]  # traces running in any thread: a compiled call asks is_tracing() only when this is not 0
+_count_lock = threading.Lock()
 
 
 def _stack() -> list:
@@ -33,8 +35,12 @@ class tracing_scope:
         self.tracer = tracer
 
     def __enter__(self):
+        with _count_lock:
+            running[0] += 1
         _stack().append(self.tracer)
 
     def __exit__(self, *exc):
         _stack().pop()
+        with _count_lock:
+            running[0] -= 1
         return False

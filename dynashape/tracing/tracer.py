@@ -8,6 +8,7 @@ this one).
 """
 from __future__ import annotations
 
+from builtins import isinstance  # the builtin, not tracing/pyenv.py's patch: our own answers are plain, faster
 import logging
 import operator
 from dataclasses import dataclass
@@ -507,15 +508,14 @@ class Tracer:
         # an in-place op returns the tensor it changed: the same fake (maybe resized). An op that
         # merely returned its input on the example (`contiguous()`, `to()`, `float()`) may copy on
         # another input, so its result is a value of its own, computed by the recorded call.
-        in_fakes = {id(a): a for a in leaves((args, kwargs)) if isinstance(a, FakeTensor)} \
-            if _is_inplace(func, kwargs) else {}
+        arg_leaves = list(leaves((args, kwargs)))  # walked once, read below
+        in_fakes = {id(a): a for a in arg_leaves if isinstance(a, FakeTensor)} if _is_inplace(func, kwargs) else {}
 
-        odd_inputs = any(getattr(a, "ds_odd_layout", False) for a in leaves((args, kwargs)))
+        odd_inputs = any(getattr(a, "ds_odd_layout", False) for a in arg_leaves)
         # an op may hand back (a view of) its input's memory: a view, or an op that returns its input
         # as it is when nothing needs converting (contiguous, to, float, ...); other results are fresh
-        aliasing_in = any(getattr(a, "ds_may_alias", True) for a in leaves((args, kwargs))
-                          if isinstance(a, FakeTensor)) or any(isinstance(a, torch.Tensor) and not
-                                                               isinstance(a, FakeTensor) for a in leaves((args, kwargs)))
+        aliasing_in = any(getattr(a, "ds_may_alias", True) if isinstance(a, FakeTensor) else isinstance(a, torch.Tensor)
+                          for a in arg_leaves)
         returns_input = aliasing_in and not _fname(func).split(".")[-1] in _FRESH
 
         def wrap(x, path):
@@ -540,7 +540,7 @@ class Tracer:
             # a copy depending on the sizes and strides of the call, so their layout is a view's too
             # (a view of such a result too: whose view it is, and so its history, follows that layout)
             fake.ds_view_or_copy = _fname(func).split(".")[-1] in _VIEW_OR_COPY or (x._is_view() and any(
-                getattr(a, "ds_view_or_copy", False) for a in leaves((args, kwargs)) if isinstance(a, FakeTensor)))
+                getattr(a, "ds_view_or_copy", False) for a in arg_leaves if isinstance(a, FakeTensor)))
             fake.ds_view = x._is_view() or fake.ds_view_or_copy
             fake.ds_odd_layout = odd_inputs or (not fake.ds_view and _odd_layout(x))
             fake.ds_may_alias = returns_input

@@ -1,6 +1,7 @@
 """Walking the nested argument structures torch calls take (lists, tuples, dicts)."""
 from __future__ import annotations
 
+from builtins import isinstance  # the builtin, not tracing/pyenv.py's patch: our own answers are plain, faster
 import torch
 
 

@@ -52,6 +52,35 @@ def test_generated_code_that_reads_a_name_it_does_not_define_is_refused():
         exec_source("def g(a):\n    return torch.nn.functional.layer_norm(a, size)\n", "test", dict(ns))
 
 
+def _global_reads_by_dis(code):
+    import dis
+    import types
+    loads, stores, todo = set(), set(), [code]
+    while todo:
+        c = todo.pop()
+        for ins in dis.get_instructions(c):
+            if ins.opname in ("LOAD_GLOBAL", "LOAD_NAME"):
+                loads.add(ins.argval)
+            elif ins.opname in ("STORE_NAME", "STORE_GLOBAL"):
+                stores.add(ins.argval)
+        todo += [k for k in c.co_consts if isinstance(k, types.CodeType)]
+    return loads - stores
+
+
+def test_the_bytecode_scan_for_global_reads_agrees_with_dis():
+    import inspect
+
+    from dynashape.ir import codegen
+    from dynashape.runtime import compile as compile_module
+    sources = [inspect.getsource(codegen), inspect.getsource(compile_module),
+               # past 256 names: EXTENDED_ARG prefixes; nested code; globals stored and read
+               "def f():\n" + "".join(f"    x{i} = g{i}.a + h{i}\n" for i in range(400)) + "    return [k for k in z]\n"
+               "global_y = 1\nprint(global_y)\n"]
+    for src in sources:
+        code = compile(src, "<test>", "exec")
+        assert codegen._global_reads(code) == _global_reads_by_dis(code)
+
+
 @pytest.mark.parametrize("backend", ["eager", "fused"])
 def test_an_argument_named_like_a_symbol_does_not_shadow_it(backend):
     # the int argument `s1` took the variable name s1, the node binding symbol s1 became `s1_1`,

@@ -57,6 +57,8 @@ def _warn_once(tag: str, msg: str) -> None:
 class Tiered:
     """fn(L): the eager replay until the fused code is ready, then the fused code."""
 
+    forwards_to_fn = True  # calling it calls self.fn: a caller may read self.fn and call that (a call fewer)
+
     def __init__(self, eager_fn):
         self.eager = eager_fn
         self.fn = eager_fn
