@@ -21,7 +21,6 @@ from dataclasses import dataclass, field
 import torch
 
 from ..guards.build import GuardSet, build_guards
-from ..guards import native as _native
 from ..guards.module_epoch import epoch as _module_epoch, hook_dicts
 from ..ir.graph import Graph
 from ..symbolic.errors import DataDependentError, DynashapeError
@@ -110,15 +109,6 @@ class Entry:
 
 
 _EAGER_KEYS = 4096
-
-
-def _native_dir() -> str:
-    """Where the guards' dict watcher is built (guards/native.py): beside the fused backend's kernels."""
-    from ..fleet.pgo_store import pgo_dir
-    return os.path.expanduser(config.fused_cache_dir or os.path.join(pgo_dir(), "kernels"))
-
-
-_native.directory[0] = _native_dir
 
 
 def _eager_key(args) -> tuple:

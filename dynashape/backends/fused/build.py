@@ -18,6 +18,7 @@ import tempfile
 import threading
 import time
 
+from ...guards import native as _native
 from ...runtime.config import config
 from ...fleet.pgo_store import pgo_dir
 from ...symbolic import tracehook
@@ -69,6 +70,9 @@ def cache_dir() -> str:
     d = os.path.expanduser(d)
     os.makedirs(d, exist_ok=True)
     return d
+
+
+_native.directory[0] = cache_dir  # the guards' dict watcher (guards/native.py) is built beside the kernels
 
 
 def flags() -> list[str]:
