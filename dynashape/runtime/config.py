@@ -52,14 +52,19 @@ _DEFAULTS: dict[str, tuple[type, object]] = {
     # (dynamic sizes rounded up to a bucket where padding provably changes no real row)
     "cudagraphs": (str, "off"),
     "cudagraph_pool_mb": (int, 1024),  # captured graphs' memory; least recently used buckets are freed past it
+    # backend="fused": float32 matmuls (linear, addmm, mm, matmul by a matrix) by oneDNN's brgemm kernel through
+    # ATen, forward and backward: "auto" where a one-time timing finds it faster than torch.mm here, "on", "off".
+    # Read when kernels build
+    "fused_gemm": (str, "auto"),
 }
 _ENV = {"dynamic_sources": "DYNASHAPE_DYNAMIC_SOURCES", "unbacked_sources": "DYNASHAPE_UNBACKED_SOURCES",
         "job_id": "DYNASHAPE_JOB_ID", "pgo_remote": "DYNASHAPE_PGO_REMOTE", "pgo_dir": "DYNASHAPE_CACHE_DIR",
         "pgo_remote_timeout": "DYNASHAPE_PGO_REMOTE_TIMEOUT",
         "trace_dir": "DYNASHAPE_TRACE", "fused_cache_dir": "DYNASHAPE_FUSED_CACHE_DIR",
         "backend": "DYNASHAPE_BACKEND", "fused_autograd": "DYNASHAPE_FUSED_AUTOGRAD",
-        "triton": "DYNASHAPE_TRITON", "cudagraphs": "DYNASHAPE_CUDAGRAPHS"}
-_CHOICES = {"triton": ("auto", "off", "cpu"), "cudagraphs": ("off", "exact", "buckets")}
+        "triton": "DYNASHAPE_TRITON", "cudagraphs": "DYNASHAPE_CUDAGRAPHS", "fused_gemm": "DYNASHAPE_FUSED_GEMM"}
+_CHOICES = {"triton": ("auto", "off", "cpu"), "cudagraphs": ("off", "exact", "buckets"),
+            "fused_gemm": ("auto", "on", "off")}
 _WATCH = {"trace_dir": tracehook.set_directory}  # knobs that low layers read as a flag
 COLLECTIVES_ON = [False]  # enable_compiler_collectives, read on every compiled call
 

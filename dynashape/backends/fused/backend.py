@@ -28,7 +28,7 @@ from ...tracing.aliasing import is_inplace
 from ...runtime.registry import register_backend
 from ...symbolic.printer import pyexpr
 from . import build
-from . import autodiff, ops
+from . import autodiff, gemm, matmul, ops
 from . import triton_run
 from .cppgen import CppGen
 from .tritongen import NoTriton, TritonGen
@@ -525,9 +525,15 @@ def _compile_all(rts: list) -> list:
 def build_fused(graph: Graph, name: str = "forward"):
     """(fused forward, regions); (None, []) when nothing in the graph fuses."""
     ok = _compile_all(plan(graph))
-    if not ok:
+    products = _products([graph])
+    if not ok and not products:
         return None, []
-    return compile_graph(rewrite(graph, ok), name), ok
+    return compile_graph(rewrite(graph, ok, products), name), ok
+
+
+def _products(graphs) -> bool:
+    """Whether the graphs' matrix products run through brgemm (matmul.py); asks gemm only if they have one."""
+    return any(matmul.replacement(n) is not None for g in graphs for n in g.nodes) and gemm.active()
 
 
 def build_fused_tree(paths: list, side_exit, name: str = "forward"):
@@ -543,10 +549,11 @@ def build_fused_tree(paths: list, side_exit, name: str = "forward"):
                               if (n.name, format_node(n)) not in stmts[k] for u in _nodes_in((n.args, n.kwargs)))
         per_path.append(plan(g, layout_matters, elsewhere, shared))
     ok = _compile_all([rt for rts in per_path for rt in rts if isinstance(rt, RegionRuntime)])
-    if not ok:
+    products = _products(paths)
+    if not ok and not products:
         return None, []
     built = {id(rt) for rt in ok}
-    rewritten = [rewrite(g, [rt for rt in rts if id(getattr(rt, "rt", rt)) in built])
+    rewritten = [rewrite(g, [rt for rt in rts if id(getattr(rt, "rt", rt)) in built], products)
                  for g, rts in zip(paths, per_path)]
     try:
         return compile_tree(rewritten, side_exit, name), ok
@@ -555,7 +562,7 @@ def build_fused_tree(paths: list, side_exit, name: str = "forward"):
         # f32[1, s2] on another) plan different regions there, whose calls no longer merge (inference
         # fuzz seed 25112801): fuse only what follows each path's first data guard
         rewritten = [rewrite(g, [rt for rt in rts if id(getattr(rt, "rt", rt)) in built
-                                 and _after_first_guard(g, rt.region)]) for g, rts in zip(paths, per_path)]
+                                 and _after_first_guard(g, rt.region)], products) for g, rts in zip(paths, per_path)]
         return compile_tree(rewritten, side_exit, name), ok
 
 
@@ -565,8 +572,9 @@ def _after_first_guard(g: Graph, region: Region) -> bool:
     return all(pos.get(n, -1) > first for n in region.nodes)
 
 
-def rewrite(g: Graph, rts: list) -> Graph:
-    """The graph with each region replaced by one call of its wrapper (and item reads)."""
+def rewrite(g: Graph, rts: list, products: bool = False) -> Graph:
+    """The graph with each region replaced by one call of its wrapper (and item reads), and with
+    `products`, each matrix product by its brgemm function (matmul.replacement)."""
     last = {rt.region.nodes[-1]: rt for rt in rts}
     member = {n for rt in rts for n in rt.region.nodes}
     g2 = g.empty_like()
@@ -598,6 +606,7 @@ def rewrite(g: Graph, rts: list) -> Graph:
                 new[a] = g2.add(a.kind, a.name, a.target, map_args(a.args, m), map_args(a.kwargs, m), a.meta,
                                 a.location, a.grad_enabled, a.modes)
             continue
-        new[n] = g2.add(n.kind, n.name, n.target, map_args(n.args, m), map_args(n.kwargs, m), n.meta,
+        target = (matmul.replacement(n) if products else None) or n.target
+        new[n] = g2.add(n.kind, n.name, target, map_args(n.args, m), map_args(n.kwargs, m), n.meta,
                         n.location, n.grad_enabled, n.modes)
     return g2

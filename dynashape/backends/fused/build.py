@@ -122,21 +122,7 @@ def load(source: str, n_ptr: int, n_int: int, floats: tuple = ()):
         if fn is not None:
             counters["memory_hits"] += 1
             return fn
-    path = os.path.join(cache_dir(), f"k{key}.so")
-    if os.path.exists(path):
-        counters["disk_hits"] += 1
-        if tracehook.on:
-            tracehook.emit("kernel_cache", True, key)
-    else:
-        t0 = time.perf_counter()
-        _compile_to(source, flags(), path)
-        with open(path[:-3] + ".cpp", "w") as f:  # for reading; never loaded
-            f.write(source)
-        if tracehook.on:  # the compile trace (DYNASHAPE_TRACE): a miss, and the compiler's time
-            dt = time.perf_counter() - t0
-            tracehook.emit("kernel_cache", False, key, dt)
-            tracehook.emit("phase", "kernel_compile", dt)
-    lib = ctypes.CDLL(path)
+    lib = _library(source, key, flags())
     fn = lib.kernel
     ints = [ctypes.c_double if i in floats else ctypes.c_int64 for i in range(n_int)]
     fn.argtypes = [ctypes.c_void_p] * n_ptr + ints + [ctypes.c_int]
@@ -144,6 +130,38 @@ def load(source: str, n_ptr: int, n_int: int, floats: tuple = ()):
     with _lock:
         _loaded[key] = fn
     return fn
+
+
+def load_library(source: str, link: list) -> ctypes.CDLL:
+    """`source` compiled with the kernels' flags plus `link` (libraries it calls), or found on disk."""
+    fl = flags() + list(link)
+    key = key_of(source + "\0" + " ".join(link))
+    with _lock:
+        lib = _loaded.get(key)
+        if lib is not None:
+            return lib
+    lib = _library(source, key, fl)
+    with _lock:
+        _loaded[key] = lib
+    return lib
+
+
+def _library(source: str, key: str, fl: list) -> ctypes.CDLL:
+    path = os.path.join(cache_dir(), f"k{key}.so")
+    if os.path.exists(path):
+        counters["disk_hits"] += 1
+        if tracehook.on:
+            tracehook.emit("kernel_cache", True, key)
+    else:
+        t0 = time.perf_counter()
+        _compile_to(source, fl, path)
+        with open(path[:-3] + ".cpp", "w") as f:  # for reading; never loaded
+            f.write(source)
+        if tracehook.on:  # the compile trace (DYNASHAPE_TRACE): a miss, and the compiler's time
+            dt = time.perf_counter() - t0
+            tracehook.emit("kernel_cache", False, key, dt)
+            tracehook.emit("phase", "kernel_compile", dt)
+    return ctypes.CDLL(path)
 
 
 class Worker:

@@ -9,3 +9,13 @@ import dynashape as ds
 def _fused_sync(_kernel_dir):
     with ds.config.patch(fused_sync=True, fused_cache_dir=_kernel_dir):
         yield
+
+
+@pytest.fixture
+def gemm_on():
+    """Matrix products through brgemm (config.fused_gemm="on"), or the test skipped where there is none."""
+    from dynashape.backends.fused import gemm
+    if gemm._load() is None:
+        pytest.skip("this torch has no float brgemm, or the library does not build")
+    with ds.config.patch(fused_gemm="on"):
+        yield
