@@ -53,15 +53,9 @@ def _fast(x, w, b, nk: bool):
     return x2, wkn
 
 
-def _grad_needed(x, w, b) -> bool:
-    return torch.is_grad_enabled() and (x.requires_grad or w.requires_grad or (b is not None and b.requires_grad))
-
-
-def _product(x, w, b, nk: bool):
-    """The fast path's result (no autograd), or None where the library declined."""
-    got = _fast(x, w, b, nk)
-    if got is None:
-        return None
+def _product(x, b, got):
+    """x @ w (+ b) by brgemm from `_fast`'s (x as rows, the (K, N) operand), no autograd; None where
+    the library declined."""
     x2, wkn = got
     # the result has its own storage in its own shape: a view of a 2-D one, returned by the autograd
     # Function, could not be changed in place (torch forbids it for views made inside a Function)
@@ -71,11 +65,12 @@ def _product(x, w, b, nk: bool):
 
 
 def _run(x, w, b, nk: bool, torch_call):
-    if _fast(x, w, b, nk) is None:
+    got = _fast(x, w, b, nk)
+    if got is None:
         return torch_call()
-    if _grad_needed(x, w, b):
-        return _Gemm.apply(x, w, b, nk)
-    out = _product(x, w, b, nk)
+    if torch.is_grad_enabled() and (x.requires_grad or w.requires_grad or (b is not None and b.requires_grad)):
+        return _Gemm.apply(x, w, b, nk, got)  # `got` in a tuple: not an input autograd tracks
+    out = _product(x, b, got)
     return torch_call() if out is None else out
 
 
@@ -105,10 +100,10 @@ class _Gemm(torch.autograd.Function):
     """x @ w.t() + b (nk: w is (N, K), as linear's) or x @ w + b (w is (K, N)), x as rows."""
 
     @staticmethod
-    def forward(ctx, x, w, b, nk):
+    def forward(ctx, x, w, b, nk, got):
         ctx.save_for_backward(x, w)
         ctx.nk = nk
-        out = _product(x, w, b, nk)
+        out = _product(x, b, got)
         if out is None:  # the library declined: torch's result (still our backward, which is exact)
             out = F.linear(x, w, b) if nk else (torch.addmm(b, x, w) if b is not None else torch.matmul(x, w))
         return out
@@ -116,7 +111,7 @@ class _Gemm(torch.autograd.Function):
     @staticmethod
     def backward(ctx, g):
         x, w = ctx.saved_tensors
-        need_x, need_w, need_b, _ = ctx.needs_input_grad
+        need_x, need_w, need_b = ctx.needs_input_grad[:3]
         N = g.shape[-1]
         x2, g2 = x.reshape(-1, x.shape[-1]), g.reshape(-1, N)
         wkn = w.t() if ctx.nk else w  # (K, N)
@@ -125,7 +120,7 @@ class _Gemm(torch.autograd.Function):
             gx = (g2 @ wkn.t()).reshape(x.shape) if need_x else None
             gw = (g2.t() @ x2 if ctx.nk else x2.t() @ g2) if need_w else None
             gb = g2.sum(0) if need_b else None
-            return gx, gw, gb, None
+            return gx, gw, gb, None, None
         if need_x:
             gx = gemm.mm(g2, wkn.t())
             gx = (g2 @ wkn.t() if gx is None else gx).reshape(x.shape)
@@ -142,7 +137,7 @@ class _Gemm(torch.autograd.Function):
                 gb = g2.sum(0) if need_b else None
         elif need_b:
             gb = g2.sum(0)
-        return gx, gw, gb, None
+        return gx, gw, gb, None, None
 
 
 _TARGETS = {F.linear: linear, torch._C._nn.linear: linear, torch.addmm: addmm, torch.Tensor.addmm: addmm,
