@@ -32,7 +32,7 @@ import sympy
 import torch
 
 from ...ir.codegen import _call, _Emitter
-from ...ir.graph import Graph, Node, _nodes_in
+from ...ir.graph import Graph, Node, SymExpr, _nodes_in
 from . import ops
 
 _SQRT1_2 = 0.7071067811865476
@@ -76,7 +76,11 @@ def _gelu(n, a, g, o):
     return {0: f"{g} * (0.5 * (1 + torch.erf({x} * {_SQRT1_2})) + {x} * torch.exp(-0.5 * {x} * {x}) * {_GELU_K})"}
 
 
-def _eps(v):
+def _eps(v, a):
+    """eps as the backward writes it: a finite constant, or a float argument that is a symbol (a module's
+    eps under dynamic=True; its guard keeps it finite), by its expression over the backward's symbols."""
+    if isinstance(v, SymExpr) and v.pytype is float:
+        return a.name(v)
     if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v):
         raise NoRule("a norm whose eps is not a finite constant")
     return repr(float(v))
@@ -94,13 +98,13 @@ def _norm(n, a, g, o):
     layer = ops.op_name(n.target) == "layer_norm"
     w, b = ops.arg(n, 2, "weight"), (ops.arg(n, 3, "bias") if layer else None)
     if layer:
-        eps = _eps(ops.arg(n, 4, "eps", 1e-5))
+        eps = _eps(ops.arg(n, 4, "eps", 1e-5), a)
         pre = [f"{o}_c = {X} - {X}.mean({D}, keepdim=True)",
                f"{o}_r = torch.rsqrt(({o}_c * {o}_c).mean({D}, keepdim=True) + {eps})"]
         h = f"{o}_c * {o}_r"
     else:
         e = ops.arg(n, 3, "eps")
-        eps = _eps(torch.finfo(x.meta.dtype).eps if e is None else e)
+        eps = _eps(torch.finfo(x.meta.dtype).eps if e is None else e, a)
         pre = [f"{o}_r = torch.rsqrt(({X} * {X}).mean({D}, keepdim=True) + {eps})"]
         h = f"{X} * {o}_r"
     pre.append(f"{o}_h = {h}")

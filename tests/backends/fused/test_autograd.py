@@ -56,6 +56,31 @@ def test_only_some_inputs_require_grad():
     check_fused(chain, cases, grad=True)
 
 
+@pytest.mark.parametrize("norm", ["layer_norm", "rms_norm"])
+def test_a_norm_whose_eps_is_a_symbol_runs_the_generated_backward_with_its_value(norm):
+    # under dynamic=True a module's float eps is a symbol: the backward reads it as one (it refused
+    # such a region, which then ran its torch calls: GPT-2's and the block's layer norms in training)
+    m = torch.nn.LayerNorm(16) if norm == "layer_norm" else torch.nn.RMSNorm(16, eps=1e-6)
+    f = lambda x: m(x * 2).relu()  # noqa: E731
+    cf = ds.compile(f, dynamic=True, backend="fused")
+    for eps, rows in [(1e-5, 5), (0.5, 7)]:  # the same entry: eps is read at run time, forward and backward
+        m.eps = eps
+        x = torch.randn(rows, 16) * 0.1
+        x1, x2 = x.clone().requires_grad_(), x.clone().requires_grad_()
+        got = cf(x1)
+        assert type(got.grad_fn).__name__ == "FusedRegionBackward"
+        want = f(x2)
+        g = torch.randn_like(want)
+        m.zero_grad(set_to_none=True)
+        got.backward(g)
+        wg = m.weight.grad
+        m.zero_grad(set_to_none=True)
+        want.backward(g)
+        torch.testing.assert_close(got, want)
+        torch.testing.assert_close((x1.grad, wg), (x2.grad, m.weight.grad))
+    assert cf.stats.compiles == 1
+
+
 def test_gradcheck_in_float64():
     cf = ds.compile(chain, dynamic=True, backend="fused")
     x, w, b = (torch.randn(*s, dtype=torch.float64, requires_grad=True) for s in [(3, 6), (6,), (6,)])
