@@ -9,16 +9,36 @@ import dynashape as ds
 from dynashape.tracing.tree import leaves
 
 
-def _clone(x):
+def _clone(x, float64=False):
     if isinstance(x, torch.Tensor):
         y = x.detach().clone()
+        if float64 and y.is_floating_point():
+            y = y.double()
         y.requires_grad_(x.requires_grad)
         return y
     if isinstance(x, (list, tuple)):
-        return type(x)(_clone(v) for v in x)
+        return type(x)(_clone(v, float64) for v in x)
     if isinstance(x, dict):
-        return {k: _clone(v) for k, v in x.items()}
+        return {k: _clone(v, float64) for k, v in x.items()}
     return x
+
+
+def _float64_grads(fn, args, seed):
+    """The gradients of `fn`'s float outputs' sum at `args` computed in float64 (None per leaf that
+    needs none): the exact answer both float32 results are measured against."""
+    a = _clone(args, float64=True)
+    torch.manual_seed(seed)
+    outs = [o for o in leaves(fn(*a)) if isinstance(o, torch.Tensor) and o.requires_grad]
+    sum(o.sum() for o in outs).backward()
+    return [x.grad if isinstance(x, torch.Tensor) else None for x in leaves(a)]
+
+
+def _no_less_accurate(got, want, exact):
+    """Ours may differ from eager's float32 gradient only as rounding does: its error against the float64
+    gradient at most eager's plus 1e-6 of the gradient's scale (issue 21's bar)."""
+    ours, eager = (got.double() - exact).abs().max(), (want.double() - exact).abs().max()
+    scale = max(1.0, float(exact.abs().max()))
+    assert ours <= eager + 1e-6 * scale, f"gradient error {ours:.3g} against float64, eager's {eager:.3g}"
 
 
 def check_vs_eager(fn, cases, *, dynamic=True, compiles=None, allow_fallback=False, seed=0, grad=False,
@@ -41,9 +61,14 @@ def check_vs_eager(fn, cases, *, dynamic=True, compiles=None, allow_fallback=Fal
             if outs:
                 sum(o.float().sum() for o in outs).backward()
                 sum(o.float().sum() for o in outs2).backward()
-                for x1, x2 in zip(leaves(a1), leaves(a2)):
+                for k, (x1, x2) in enumerate(zip(leaves(a1), leaves(a2))):
                     if isinstance(x1, torch.Tensor) and x1.requires_grad:
-                        torch.testing.assert_close(x2.grad, x1.grad, **tol)
+                        try:
+                            torch.testing.assert_close(x2.grad, x1.grad, **tol)
+                        except AssertionError:  # summed in another order: the float64 gradient arbitrates
+                            if x1.grad is None or x2.grad is None:
+                                raise
+                            _no_less_accurate(x2.grad, x1.grad, _float64_grads(fn, args, seed)[k])
     if not allow_fallback:
         assert cf.stats.fallbacks == [], cf.stats.fallbacks
     assert cf.stats.graph_breaks == [], cf.stats.graph_breaks
