@@ -8,6 +8,7 @@ sizes are symbolic, and records in plain words why the old entries failed.
 from __future__ import annotations
 
 import contextlib
+import copy
 import functools
 import inspect
 import logging
@@ -44,8 +45,8 @@ from .annotations import _ATTR as _MARKS
 from .module_scalars import symbolic_attributes
 from .pystate import PyState, Runner
 from ..tracing.pyenv import trace_environment
-from .policy import FrameState, make_policy
-from .dispatch import EntryCache
+from .policy import make_policy
+from .code_info import _attr_chains, _global_names, _shared_cache
 from .registry import ENTRY_WRAPPERS, get_backend
 from .speculation import SideExit, Tree
 from ..tracing.speculate import RealValues
@@ -121,6 +122,7 @@ class CompiledFunction:
 
     def __init__(self, fn, *, dynamic=None, fullgraph=False, backend=None, bound_module=None):
         backend = config.backend if backend is None else backend  # None: the configured default
+        self._opts = dict(dynamic=dynamic, fullgraph=fullgraph, backend=backend)
         self._orig = fn
         self._fn = fn
         self.dynamic = dynamic
@@ -161,6 +163,19 @@ class CompiledFunction:
         self._ran_eagerly = False  # eager_then_compile: the first call has run
         functools.update_wrapper(self, fn)
         _ALL.add(self)
+
+    def __copy__(self):
+        return self  # as a function copies
+
+    def __deepcopy__(self, memo):
+        """As a function copies (itself); one compiled from a bound method (ds.compile(model.forward))
+        compiles again for a copy of its object."""
+        if self._module is None:
+            return self
+        return CompiledFunction(self._orig, bound_module=copy.deepcopy(self._module, memo), **self._opts)
+
+    def __reduce__(self):
+        return self.__qualname__  # pickled by name, as functions are: `@ds.compile def f` at module level
 
     def __get__(self, obj, objtype=None):
         """`@ds.compile` on a method: `obj.method` is bound like a function; `self` is an argument
@@ -552,49 +567,7 @@ class CompiledFunction:
         self._eager_keys = set()
 
 
-class _SharedCache:
-    """What every CompiledFunction of one code object (same closure, same options) shares."""
-
-    def __init__(self, bound):
-        self.cache = EntryCache()
-        self.frame_state = FrameState()
-        self.bound = bound
-
-
-_SHARED: "weakref.WeakValueDictionary" = weakref.WeakValueDictionary()
-
-
-def _shared_cache(code_fn, closure, bound, dynamic, fullgraph, backend) -> _SharedCache:
-    code = getattr(code_fn, "__code__", None)
-    if code is None:
-        return _SharedCache(bound)
-    knobs = tuple(sorted((k, v) for k, v in config.knobs().items() if isinstance(v, (bool, int, float, str))))
-    key = (code, id(getattr(code_fn, "__globals__", None)), tuple(map(id, closure)), id(bound), dynamic,
-           fullgraph, backend if isinstance(backend, str) else id(backend), knobs)  # the config compiled under
-    shared = _SHARED.get(key)
-    if shared is None or shared.bound is not bound:
-        shared = _SHARED[key] = _SharedCache(bound)
-    return shared
-
-
 _MISSING = object()
-
-
-def _global_names(code) -> tuple:
-    """Names the function (and functions nested in it) loads as globals; not attribute names."""
-    if code is None:
-        return ()
-    import dis
-    import types as _types
-    names: dict = {}
-    todo = [code]
-    while todo:
-        c = todo.pop()
-        for ins in dis.get_instructions(c):
-            if ins.opname in ("LOAD_GLOBAL", "LOAD_NAME"):
-                names[ins.argval] = None
-        todo += [k for k in c.co_consts if isinstance(k, _types.CodeType)]
-    return tuple(names)
 
 
 def _sub(src, dotted: str):
@@ -653,31 +626,6 @@ def _strip_self(shape, bound):
     return shape - 1 if isinstance(shape, int) else (shape[0] - 1, shape[1])
 
 
-def _attr_chains(code) -> tuple:
-    """`settings.SCALE`, `pkg.mod.Cfg.scale`: (global name, attribute names) as the code reads them."""
-    if code is None:
-        return ()
-    import dis
-    chains: dict = {}
-    todo = [code]
-    while todo:
-        c = todo.pop()
-        ins = list(dis.get_instructions(c))
-        for i, x in enumerate(ins):
-            if x.opname != "LOAD_GLOBAL":
-                continue
-            attrs = []
-            for y in ins[i + 1:]:
-                if y.opname in ("LOAD_ATTR", "LOAD_METHOD"):
-                    attrs.append(y.argval)
-                else:
-                    break
-            if attrs:
-                chains[(x.argval, tuple(attrs))] = None
-        todo += [k for k in c.co_consts if isinstance(k, types.CodeType)]
-    return tuple(chains)
-
-
 def _ident(src, v):
     return ValueInput(src, v, "id")
 
@@ -699,6 +647,13 @@ class CompiledModule(torch.nn.Module):
         object.__setattr__(self, "_call", self._compiled.__call__)  # bound once: a call fewer than cf(...)
         object.__setattr__(self, "_direct_at", -1)  # the module epoch at which a call could go straight in
         object.__setattr__(self, "_hook_dicts", ())  # this module's, the original's and the global hook dicts
+        object.__setattr__(self, "_opts", opts)
+
+    def __reduce__(self):
+        # copy.deepcopy, pickle, torch.save: the original module and the options travel, compiled code does not
+        # (a copy compiles on its first call, as torch.compile's OptimizedModule does); hooks on this wrapper too
+        hooks = {k: v for k, v in self.__dict__.items() if k.endswith("hooks") and v}
+        return _rebuild_module, (self._orig_mod, self._opts, hooks)
 
     def forward(self, *args, **kwargs):
         orig, inner = self._orig_mod, self._inner
@@ -739,6 +694,12 @@ class CompiledModule(torch.nn.Module):
             return super().__getattr__(name)
         except AttributeError:
             return getattr(self._orig_mod, name)
+
+
+def _rebuild_module(orig, opts, hooks):
+    m = CompiledModule(orig, **opts)
+    m.__dict__.update(hooks)
+    return m
 
 
 def compile(fn=None, *, dynamic=None, fullgraph=False, backend=None):

@@ -351,3 +351,54 @@ def test_overlapping_inputs_compile_when_only_fresh_tensors_change_in_place():
             torch.testing.assert_close(cf(base[:-1], base[1:]), fn(ref[:-1], ref[1:]))
             torch.testing.assert_close(base, ref)
         assert bool(cf.stats.graph_breaks) is breaks, cf.stats.graph_breaks
+
+
+# ------------------------------------------------------------------ copies and pickles (as torch.compile's)
+def _mlp():
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 3))
+
+
+def _double(mod, args, out):
+    return out * 2
+
+
+@pytest.mark.parametrize("how", ["deepcopy", "torch.save", "pickle"])
+def test_a_compiled_module_copies_and_pickles_after_it_has_run(how):
+    import copy
+    import io
+    import pickle
+    m = ds.compile(_mlp(), dynamic=True)
+    x = torch.randn(5, 4)
+    m(x)  # compiled state (entries, guards, kernels) exists: none of it travels
+    m.register_forward_hook(_double)
+    if how == "deepcopy":
+        m2 = copy.deepcopy(m)
+    else:
+        buf = io.BytesIO()
+        torch.save(m, buf) if how == "torch.save" else pickle.dump(m, buf)
+        buf.seek(0)
+        m2 = torch.load(buf, weights_only=False) if how == "torch.save" else pickle.load(buf)
+    assert isinstance(m2, ds.CompiledModule) and m2._orig_mod is not m._orig_mod
+    assert m2._orig_mod[0].weight is not m._orig_mod[0].weight and torch.equal(m2._orig_mod[0].weight, m._orig_mod[0].weight)
+    for n in (5, 2, 7):
+        y = torch.randn(n, 4)
+        torch.testing.assert_close(m2(y), m(y))  # the hook on the wrapper came along
+    assert m2.stats.compiles == 1 and m2._compiled.dynamic is True
+    with torch.no_grad():
+        m2._orig_mod[0].weight.add_(1.0)  # a copy: the original's parameters are not the copy's
+    assert not torch.equal(m2._orig_mod[0].weight, m._orig_mod[0].weight)
+    torch.testing.assert_close(m(x), m._orig_mod(x) * 2)
+
+
+def test_a_compiled_function_copies_as_a_function_and_a_compiled_bound_method_with_its_object():
+    import copy
+    f = ds.compile(lambda x: x + 1)
+    assert copy.copy(f) is f and copy.deepcopy(f) is f
+    model = _mlp()
+    fwd = ds.compile(model.forward, dynamic=True)
+    x = torch.randn(3, 4)
+    fwd(x)
+    fwd2 = copy.deepcopy(fwd)
+    assert fwd2 is not fwd and fwd2._module is not model
+    torch.testing.assert_close(fwd2(x), model(x))
