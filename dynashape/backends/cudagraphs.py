@@ -11,6 +11,11 @@ attention with the size as its batch). Anything else (a sum over the rows, a siz
 number, a transpose moving the rows) keeps that size exact, and `why_exact` says why (explain
 output). Graphs capture inference only; an entry autograd records runs as compiled.
 
+Only the tensors the call passes (arguments and items of tuple/list/dict arguments) are copied into
+static buffers; parameters, buffers and tensors held by objects (a StaticCache's keys and values) are
+read where they live, so their addresses (and every number the graph read) are part of a graph's key,
+and in-place writes to them are replayed into the same memory eager writes.
+
 Each graph is captured at the second call of its bucket (the first one runs as compiled, warming
 kernels up), its outputs are cloned after each replay (never the graph's own memory), and the
 graphs' memory is bounded by `ds.config.cudagraph_pool_mb`: the least recently used are freed.
@@ -25,8 +30,9 @@ import torch
 from ..ir.graph import TensorMeta, _sym_exprs_in
 from ..runtime.config import config
 from ..runtime.registry import ENTRY_WRAPPERS
-from ..symbolic.sources import LocalSource
-from ..tracing.aliasing import FRESH, is_inplace
+from ..symbolic.sources import ItemSource, LocalSource
+from ..tracing.aliasing import FRESH, is_inplace, written
+from ..tracing.tree import leaves
 from .fused import ops
 
 SIMULATE = [False]  # tests: CPU tensors take the graph path, a "replay" reruns the function on the static buffers
@@ -108,17 +114,54 @@ def _has_any(shape, s) -> bool:
     return any(_has(d, s) for d in shape)
 
 
-def _may_alias_input(v, seen=None) -> bool:
-    """Whether graph value `v` may share memory with an input (not only computed into new memory)."""
+def _aliased_inputs(v, seen=None) -> list:
+    """The input nodes whose memory graph value `v` may share (none: computed into new memory)."""
     seen = set() if seen is None else seen
     if not hasattr(v, "kind") or id(v) in seen or not isinstance(getattr(v, "meta", None), TensorMeta):
-        return False
+        return []
     seen.add(id(v))
     if v.kind == "input":
-        return True
+        return [v]
     if v.kind != "call" or getattr(v.target, "__name__", "") in FRESH:
-        return False
-    return any(_may_alias_input(a, seen) for a in ops.tensor_args(v))
+        return []
+    return [i for a in ops.tensor_args(v) for i in _aliased_inputs(a, seen)]
+
+
+def _argument(src) -> bool:
+    """A call argument, or an item of a tuple, list or dict argument (`L['kwargs']['cache_position']`)."""
+    while isinstance(src, ItemSource):
+        src = src.base
+    return isinstance(src, LocalSource)
+
+
+def _copied(n) -> bool:
+    """An input copied into a static buffer before each replay: a tensor the call passes (an argument or an
+    item of one). Every other tensor (a parameter, a buffer, a cache tensor held by an object argument) is
+    read where it lives."""
+    return _argument(n.target) and isinstance(n.meta, TensorMeta) and not n.args
+
+
+def _put(Ls: dict, src, value) -> None:
+    """Ls with the value at `src` replaced, rebuilding (shallow copies of) the containers on the way."""
+    if isinstance(src, LocalSource):
+        Ls[src.local] = value
+        return
+    parent = eval(src.base.name(), {"L": Ls})
+    if type(parent) is dict:
+        new = dict(parent)
+        new[src.index] = value
+    elif type(parent) in (list, tuple):
+        new = list(parent)
+        new[src.index] = value
+        new = type(parent)(new)
+    else:
+        raise TypeError(f"{src.base.pretty()} is a {type(parent).__name__}")
+    _put(Ls, src.base, new)
+
+
+def _reader(graph, srcs):
+    """L -> the values at `srcs`, read as the compiled code reads them."""
+    return eval("lambda L: (" + "".join(f"{s.code()}, " for s in srcs) + ")", dict(graph.namespace))
 
 
 def bucket(n: int, upper) -> int:
@@ -141,26 +184,32 @@ class Graphs:
     def __init__(self, fn, graph, guard_set, env, mode: str):
         self.fn, self.guard_set, self.mode = fn, guard_set, mode
         self.source = getattr(fn, "source", "")
-        self.inputs = []  # (name in L, index in graph inputs) of the top-level tensors copied each replay
         self.why_none = None  # why no graph is ever captured
-        self.values = sorted(n.target.local for n in graph.inputs()  # ints and floats: part of the key
-                             if not isinstance(n.meta, TensorMeta) and isinstance(n.target, LocalSource))
-        for n in graph.inputs():
-            if isinstance(n.meta, TensorMeta) and not n.args:
-                if not isinstance(n.target, LocalSource):
-                    self.why_none = f"input {n.name} is not an argument of the call (it would need a static copy)"
-                self.inputs.append(n.target.local if isinstance(n.target, LocalSource) else None)
+        copied = [n for n in graph.inputs() if _copied(n)]
+        self.copied = [n.target for n in copied]  # the tensors a replay copies into its static buffers
+        self.read_copied = _reader(graph, self.copied)
+        # everything else the graph reads: numbers the call passes, and what lives elsewhere (module
+        # parameters and buffers, tensors held by object arguments such as a KV cache, numbers read from
+        # attributes). A capture bakes in their values and addresses: each call reads them, and they are
+        # part of its key
+        ext = [n for n in graph.inputs() if not _copied(n)]
+        self.ext_tensor = tuple(isinstance(n.meta, TensorMeta) for n in ext)
+        self.read_ext = _reader(graph, [n.target for n in ext])
+        self.written = []  # positions in ext of the tensors the graph changes in place (versions bumped)
         for n in graph.nodes:
             if n.kind != "call":
                 continue
             name = getattr(n.target, "__name__", "")
-            if is_inplace(n.target, n.kwargs):  # a replay would change the static copy, not the caller's tensor
-                self.why_none = f"{name} at {n.location} changes a tensor in place"
+            if is_inplace(n.target, n.kwargs):
+                hit = [i for w in leaves(written(n.target, n.args, n.kwargs)) for i in _aliased_inputs(w)]
+                if any(_copied(i) for i in hit):  # a replay would change the static copy, not the caller's tensor
+                    self.why_none = f"{name} at {n.location} changes an argument in place"
+                self.written += [k for k, e in enumerate(ext) if any(e is i for i in hit) and k not in self.written]
             elif name in _RANDOM or (name in ("dropout", "dropout1d", "dropout2d") and ops.arg(n, 2, "training", True)):
                 self.why_none = f"{name} at {n.location} draws random numbers (a replay would not draw eager's)"
         out = graph.output_node
         for v in (out.args[0] if out else ()):
-            if _may_alias_input(v):  # the replay's output is a copy: eager's would share the caller's memory
+            if _aliased_inputs(v):  # the replay's output is a copy: eager's would share the input's memory
                 self.why_none = f"the output {v.name} may be a view of an input"
         if torch.is_grad_enabled() and any(isinstance(n.meta, TensorMeta) and n.meta.requires_grad
                                            for n in graph.inputs()):
@@ -170,19 +219,19 @@ class Graphs:
         self.padded: dict = {}  # symbol -> its largest value (None: unbounded)
         self.why_exact: dict = {}  # symbol -> why it is not padded
         if mode == "buckets":
+            lives = {s: n.target.pretty() for n in ext if isinstance(n.meta, TensorMeta) for d in n.meta.shape
+                     if not isinstance(d, int) for s in sympy.sympify(d).free_symbols}
             for s in syms:
-                why = row_blocker(graph, s)
+                why = f"it is a size of {lives[s]}, which is not copied (so not padded)" if s in lives \
+                    else row_blocker(graph, s)
                 if why is None:
                     vr = env.var_to_range.get(s)
                     up = getattr(vr, "upper", None)
                     self.padded[s] = int(up) if up is not None and up != sympy.oo and str(up) != "int_oo" else None
                 else:
                     self.why_exact[s] = why
-        self.rows = {}  # input name -> the padded symbol of its dim 0
-        for n in graph.inputs():
-            if isinstance(n.meta, TensorMeta) and isinstance(n.target, LocalSource) and n.meta.shape \
-                    and n.meta.shape[0] in self.padded:
-                self.rows[n.target.local] = n.meta.shape[0]
+        # position in self.copied -> the padded symbol of its dim 0
+        self.rows = {i: n.meta.shape[0] for i, n in enumerate(copied) if n.meta.shape and n.meta.shape[0] in self.padded}
         out = graph.output_node
         self.out_rows = [v.meta.shape[0] if hasattr(v, "meta") and isinstance(v.meta, TensorMeta) and v.meta.shape
                          and v.meta.shape[0] in self.padded else None for v in (out.args[0] if out else ())]
@@ -206,16 +255,17 @@ class Graphs:
         return lines
 
     def __call__(self, L):
-        if self.why_none is not None or not self._eligible(L):
+        if self.why_none is not None:
             return self.fn(L)
-        sizes = {}
-        for name, s in self.rows.items():
-            sizes[s] = L[name].shape[0]
+        ts = self._eligible(L)
+        ext = self._ext_key(L) if ts is not None else None
+        if ext is None:
+            return self.fn(L)
+        sizes = {s: ts[i].shape[0] for i, s in self.rows.items()}
         bucketed = {s: bucket(n, self.padded[s]) for s, n in sizes.items()}
-        vals = tuple((name, type(L.get(name)), L.get(name)) for name in self.values)
-        key = tuple((name, tuple(L[name].shape), L[name].dtype) for name in self._names()) + vals
-        bkey = tuple((name, (bucketed[self.rows[name]],) + tuple(L[name].shape[1:]) if name in self.rows
-                      else tuple(L[name].shape), L[name].dtype) for name in self._names()) + vals
+        key = tuple((tuple(t.shape), t.dtype) for t in ts) + ext
+        bkey = tuple(((bucketed[self.rows[i]],) + tuple(t.shape[1:]) if i in self.rows else tuple(t.shape), t.dtype)
+                     for i, t in enumerate(ts)) + ext
         if bkey in self.exact_keys:
             bkey = key
         cap = self.graphs.get(bkey)
@@ -223,47 +273,71 @@ class Graphs:
             if bkey not in self.seen:  # the first call of a bucket runs as compiled: kernels warm up
                 self.seen.add(bkey)
                 return self.fn(L)
-            cap = self._capture(L, bkey, bucketed if bkey != key else {})
+            cap = self._capture(L, ts, bkey, bucketed if bkey != key else {})
             if cap is None:
                 self.exact_keys.add(bkey)
                 return self.fn(L)
         else:
             self.graphs.move_to_end(bkey)
             _LIVE.move_to_end((id(self), bkey))
-        return self._replay(cap, L, sizes)
+        return self._replay(cap, L, ts, sizes)
 
-    def _names(self):
-        return sorted(n for n in self.inputs if n is not None)
-
-    def _eligible(self, L) -> bool:
-        grad = torch.is_grad_enabled()
-        for name in self._names():
-            t = L.get(name)
-            if not isinstance(t, torch.Tensor) or (grad and t.requires_grad):
-                return False
-            if not (t.is_cuda or (SIMULATE[0] and t.is_cpu)) or not t.is_contiguous():
-                return False  # the static buffers are contiguous: another layout runs as compiled
+    def _eligible(self, L):
+        """The tensors the call passes, when a graph may serve it; else None."""
         try:
-            hash(tuple(L.get(name) for name in self.values))
-        except TypeError:
-            return False
-        return True
+            ts = self.read_copied(L)
+        except Exception:  # noqa: BLE001 - the compiled function reports it as eager would
+            return None
+        grad = torch.is_grad_enabled()
+        for t in ts:
+            if not isinstance(t, torch.Tensor) or (grad and t.requires_grad):
+                return None
+            if not (t.is_cuda or (SIMULATE[0] and t.is_cpu)) or not t.is_contiguous():
+                return None  # the static buffers are contiguous: another layout runs as compiled
+        return ts
 
-    def _static(self, L, bucketed):
+    def _ext_key(self, L):
+        """What a capture bakes in of the other values: each number, and each tensor's address, strides
+        and device; None when a call cannot replay (a tensor autograd would record, an unhashable value)."""
+        try:
+            vals = self.read_ext(L)
+        except Exception:  # noqa: BLE001 - the compiled function reports it as eager would
+            return None
+        grad = torch.is_grad_enabled()
+        key = []
+        for v, is_t in zip(vals, self.ext_tensor):
+            if is_t:
+                if not isinstance(v, torch.Tensor) or (grad and v.requires_grad) \
+                        or not (v.is_cuda or (SIMULATE[0] and v.is_cpu)):
+                    return None
+                key.append((v.data_ptr(), v.stride(), v.device))
+            else:
+                key.append((type(v), v))
+        try:
+            hash(tuple(key))
+        except TypeError:
+            return None
+        return tuple(key)
+
+    def _static(self, L, ts, bucketed):
         Ls = dict(L)
-        statics = {}
-        for name in self._names():
-            t = L[name]
+        statics = []
+        for i, (src, t) in enumerate(zip(self.copied, ts)):
             shape = list(t.shape)
-            if name in self.rows:
-                shape[0] = bucketed.get(self.rows[name], shape[0])
+            if i in self.rows:
+                shape[0] = bucketed.get(self.rows[i], shape[0])
             buf = torch.zeros(shape, dtype=t.dtype, device=t.device)
             buf[:t.shape[0]].copy_(t)
-            statics[name] = Ls[name] = buf
+            statics.append(buf)
+            _put(Ls, src, buf)
         return Ls, statics
 
-    def _capture(self, L, bkey, bucketed):
-        Ls, statics = self._static(L, bucketed)
+    def _capture(self, L, ts, bkey, bucketed):
+        try:
+            Ls, statics = self._static(L, ts, bucketed)
+        except TypeError as e:  # an argument inside an object we do not rebuild
+            self.why_none = f"a tensor the call passes is inside something other than a tuple, list or dict ({e})"
+            return None
         if bucketed and not self.guard_set.fn(Ls):  # the bucket's size is outside what the graph was traced for
             return None
         if SIMULATE[0]:
@@ -279,22 +353,24 @@ class Graphs:
                 outs = self.fn(Ls)
             cap = _Captured(statics, outs, g, Ls)
         self.graphs[bkey] = cap
-        nbytes = sum(t.numel() * t.element_size() for t in statics.values())
+        nbytes = sum(t.numel() * t.element_size() for t in statics)
         if cap.outs is not None:
             nbytes += sum(t.numel() * t.element_size() for t in cap.outs if isinstance(t, torch.Tensor))
         _LIVE[(id(self), bkey)] = (self, nbytes)
         _evict()
         return cap
 
-    def _replay(self, cap, L, sizes):
-        for name, buf in cap.statics.items():
-            t = L[name]
+    def _replay(self, cap, L, ts, sizes):
+        for buf, t in zip(cap.statics, ts):
             buf[:t.shape[0]].copy_(t)
         if cap.graph is None:  # SIMULATE
             outs = self.fn(cap.L)
         else:
             cap.graph.replay()
             outs = cap.outs
+            if self.written:  # as eager's in-place ops do: autograd sees that these tensors changed
+                vals = self.read_ext(L)
+                torch.autograd.graph.increment_version([vals[k] for k in self.written])
         res = []
         for v, rows in zip(outs, self.out_rows):
             if isinstance(v, torch.Tensor):

@@ -47,7 +47,7 @@ def test_row_wise_model_pads_batches_to_buckets_and_matches_eager_on_every_size(
     g = graphs_of(cf)
     assert len(g.padded) == 1, g.cuda_graphs_report()  # the batch; the feature dim (dynamic=True) stays exact
     assert len(g.graphs) == 3  # buckets 4, 8 and 32 were seen twice each
-    assert sorted(k[0][1][0] for k in g.graphs) == [4, 8, 32]
+    assert sorted(k[0][0][0] for k in g.graphs) == [4, 8, 32]
 
 
 def test_a_sum_over_the_rows_keeps_the_size_exact_and_says_why():
@@ -116,7 +116,7 @@ def test_a_bucket_is_capped_by_the_largest_size_the_user_allows():
         ds.mark_dynamic(x, 0, min=2, max=6)
         torch.testing.assert_close(cf(x), m(x))
     g = graphs_of(cf)
-    assert sorted({k[0][1][0] for k in g.graphs}) == [6]  # 8 would be past max=6
+    assert sorted({k[0][0][0] for k in g.graphs}) == [6]  # 8 would be past max=6
 
 
 def test_inputs_that_require_grad_under_grad_mode_run_without_graphs():
@@ -191,3 +191,119 @@ def test_outputs_are_fresh_tensors_not_the_graphs_memory():
 def test_config_cudagraphs_rejects_unknown_modes():
     with pytest.raises(ValueError, match="'off', 'exact', 'buckets'"):
         ds.config.cudagraphs = "on"
+
+
+# ------------------------------------------------------------------ what a graph reads where it lives
+class Scaled(nn.Module):
+    """A parameter, a buffer changed in place on every call, and a float attribute."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc, self.s = nn.Linear(4, 4), 0.5
+        self.register_buffer("calls", torch.zeros(4))
+
+    def forward(self, x):
+        self.calls.add_(1)
+        return self.fc(x) * self.s + self.calls
+
+
+def test_buffers_changed_in_place_replay_into_the_modules_own_memory():
+    m, ref = Scaled(), Scaled()
+    ref.load_state_dict(m.state_dict())
+    cf = ds.compile(m, dynamic=True)
+    for n in (3, 3, 3, 5, 5, 3):
+        x = torch.randn(n, 4)
+        torch.testing.assert_close(cf(x), ref(x))
+        torch.testing.assert_close(m.calls, ref.calls)
+    g = graphs_of(cf)
+    assert g.why_none is None and len(g.graphs) == 2, g.cuda_graphs_report()
+
+
+def test_numbers_and_tensors_read_from_attributes_are_part_of_a_graphs_key():
+    # a capture bakes in the float it read and the parameter's address: another value, or a parameter
+    # replaced by another tensor, is another graph, never a replay of the old one
+    m, ref = Scaled(), Scaled()
+    ref.load_state_dict(m.state_dict())
+    cf = ds.compile(m, dynamic=True)
+    x = torch.randn(3, 4)
+
+    def check():
+        for _ in range(2):
+            torch.testing.assert_close(cf(x), ref(x))
+    check()
+    m.s = ref.s = 2.0
+    check()
+    w = torch.randn(4, 4)
+    m.fc.weight, ref.fc.weight = nn.Parameter(w.clone()), nn.Parameter(w.clone())
+    check()
+    with torch.no_grad():  # changed in place: the same memory, the same graph, the new values
+        m.fc.bias.add_(1), ref.fc.bias.add_(1)
+    check()
+    assert sum(len(graphs_of_entry.graphs) for graphs_of_entry in _all_graphs(cf)) == 3
+
+
+def _all_graphs(cf):
+    return [e.fn.graph_fn for e in cf.entries if isinstance(getattr(e.fn, "graph_fn", None), cudagraphs.Graphs)]
+
+
+class Cache:
+    """A static KV cache as transformers' StaticCache keeps one: fixed-size tensors written in place."""
+
+    def __init__(self, length=16, d=8):
+        self.k = torch.zeros(length, d)
+
+
+def decode_step(x, pos, cache):
+    cache.k.index_copy_(0, pos, x)
+    w = torch.softmax(x @ cache.k.t(), -1)
+    return w @ cache.k
+
+
+def test_a_cache_held_by_an_object_argument_is_written_in_place_by_the_replay():
+    cf = ds.compile(decode_step, dynamic=True)
+    c, ref = Cache(), Cache()
+    for p in range(8):
+        x = torch.randn(1, 8)
+        pos = torch.tensor([p])
+        torch.testing.assert_close(cf(x, pos, c), decode_step(x, pos, ref))
+        torch.testing.assert_close(c.k, ref.k)
+    g = graphs_of(cf)
+    assert g.why_none is None and len(g.graphs) == 1, g.cuda_graphs_report()
+
+
+def test_tensors_passed_as_keyword_items_are_copied_not_keyed_by_address():
+    def f(x, **kw):
+        return x * kw["scale"] + kw["shift"]
+    cf = ds.compile(f, dynamic=True)
+    for _ in range(4):  # a new tensor each call: one graph, the values copied in
+        x, scale = torch.randn(3, 4), torch.randn(4)
+        torch.testing.assert_close(cf(x, scale=scale, shift=1.5), f(x, scale=scale, shift=1.5))
+    g = graphs_of(cf)
+    assert len(g.graphs) == 1 and [s.pretty() for s in g.copied] == ["x", "kw['scale']"], g.copied
+
+
+def test_a_static_cache_decode_loop_of_a_tiny_llama_replays_one_graph_and_gives_eagers_tokens():
+    transformers = pytest.importorskip("transformers")
+    cfg = transformers.LlamaConfig(vocab_size=100, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
+    torch.manual_seed(0)
+    model = transformers.LlamaForCausalLM(cfg).eval()
+
+    def generate(fwd, steps=6):
+        cache = transformers.StaticCache(config=cfg, max_cache_len=32)
+        pos = torch.arange(4)
+        logits = fwd(input_ids=torch.tensor([[1, 5, 7, 9]]), past_key_values=cache, cache_position=pos).logits
+        tokens = []
+        for _ in range(steps):
+            tokens.append(logits[:, -1].argmax(-1, keepdim=True))
+            pos = pos[-1:] + 1
+            logits = fwd(input_ids=tokens[-1], past_key_values=cache, cache_position=pos).logits
+        return torch.cat(tokens, 1), logits
+
+    with ds.config.patch(cudagraphs="exact"):
+        cf = ds.compile(model, dynamic=True)
+        got = generate(cf)
+    torch.testing.assert_close(got, generate(model))
+    decode = _all_graphs(cf)[0]  # newest entry: one token at a time, the cache written in place
+    assert decode.why_none is None and len(decode.graphs) == 1, decode.cuda_graphs_report()
+    assert decode.written, "the cache's index_copy_ is an in-place write the replay makes"
