@@ -5,7 +5,7 @@ Runs only where `torch.cuda.is_available()`; elsewhere it prints why it skipped 
 
 Steady state: the issue-12 workloads of bench/fused.py on the GPU (float32), plus a decode loop
 of a tiny and a 1B-class Llama (bfloat16, random weights from a config) with a KV cache growing
-one token a step; after warm-up, calls interleaved one by one in a rotating order, each timed
+one token a step, and with transformers' StaticCache (fixed shapes: one CUDA graph for all steps); after warm-up, calls interleaved one by one in a rotating order, each timed
 with a synchronize, the median per call. Varying shapes: 60 calls with batch and sequence drawn
 at random, total wall time from a cold start, every compile (and Triton autotuning) included.
 
@@ -109,18 +109,22 @@ def llama(size: str, dev):
     return LlamaForCausalLM(cfg).to(dev, torch.bfloat16).eval(), cfg
 
 
-def decode(step_fn, model, cfg, dev, prompt: int, steps: int) -> tuple[float, list]:
-    """Greedy decoding `steps` tokens after a prompt: (median seconds per decode step, tokens)."""
-    from transformers import DynamicCache
+def decode(step_fn, model, cfg, dev, prompt: int, steps: int, static: bool) -> tuple[float, list]:
+    """Greedy decoding `steps` tokens after a prompt: (median seconds per decode step, tokens). The KV
+    cache grows a token a step (DynamicCache) or is transformers' StaticCache (fixed-size tensors
+    written in place at `cache_position`: the shapes of a step never change)."""
+    from transformers import DynamicCache, StaticCache
     ids = torch.randint(0, cfg.vocab_size, (1, prompt), device=dev, generator=torch.Generator(dev).manual_seed(1))
-    cache = DynamicCache()
-    out = model(input_ids=ids, past_key_values=cache, use_cache=True)
+    cache = StaticCache(config=cfg, max_cache_len=prompt + steps + 1) if static else DynamicCache()
+    pos = torch.arange(prompt, device=dev)
+    out = model(input_ids=ids, past_key_values=cache, cache_position=pos, use_cache=True)
     tok = out.logits[:, -1:].argmax(-1)
     times, toks = [], []
-    for _ in range(steps):
+    for i in range(steps):
+        pos = torch.tensor([prompt + i], device=dev)
         torch.cuda.synchronize()
         t0 = time.perf_counter()
-        logits = step_fn(tok, cache)
+        logits = step_fn(tok, cache, pos)
         torch.cuda.synchronize()
         times.append(time.perf_counter() - t0)
         tok = logits[:, -1:].argmax(-1)
@@ -128,18 +132,18 @@ def decode(step_fn, model, cfg, dev, prompt: int, steps: int) -> tuple[float, li
     return statistics.median(times[len(times) // 4:]), toks
 
 
-def decode_bench(size: str, dev, inductor: bool) -> None:
+def decode_bench(size: str, dev, inductor: bool, static: bool) -> None:
     model, cfg = llama(size, dev)
 
-    def step(tok, cache):
-        return model(input_ids=tok, past_key_values=cache, use_cache=True).logits
+    def step(tok, cache, pos):
+        return model(input_ids=tok, past_key_values=cache, cache_position=pos, use_cache=True).logits
 
     runs = contestants(step, inductor)
     med, ref = {}, None
     with torch.no_grad():
         for name, fn in runs.items():
             try:
-                med[name], toks = decode(fn, model, cfg, dev, prompt=32, steps=64)
+                med[name], toks = decode(fn, model, cfg, dev, prompt=32, steps=64, static=static)
             except Exception as e:  # noqa: BLE001
                 print(f"    {name}: failed ({type(e).__name__}: {str(e)[:200]})")
                 continue
@@ -147,7 +151,8 @@ def decode_bench(size: str, dev, inductor: bool) -> None:
                 ref = toks
             elif toks != ref:
                 print(f"    {name}: tokens differ from eager's (first at step {next(i for i, (a, b) in enumerate(zip(toks, ref)) if a != b)})")
-    report(f"Llama decode ({size}, bf16, batch 1, prompt 32, 64 steps, KV cache growing)", med)
+    kind = "StaticCache" if static else "KV cache growing"
+    report(f"Llama decode ({size}, bf16, batch 1, prompt 32, 64 steps, {kind})", med)
 
 
 # ---------------------------------------------------------------------------- varying shapes
@@ -208,9 +213,10 @@ def main() -> int:
             a = tuple(_to(x, dev) for x in a)
             report(title, steady(contestants(fn, inductor), a, args.budget))
     if not args.no_llama:
-        decode_bench("tiny", dev, inductor)
-        if not args.no_1b:
-            decode_bench("1b", dev, inductor)
+        for static in (False, True):
+            decode_bench("tiny", dev, inductor, static)
+            if not args.no_1b:
+                decode_bench("1b", dev, inductor, static)
     if not args.no_sequences:
         sequence(dev, inductor)
     return 0
