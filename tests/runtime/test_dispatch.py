@@ -12,9 +12,14 @@ def f(x):
     return (x * 2 + 1)[: x.size(0) // 2 + 1].sum(0)
 
 
+# Dispatch is what these tests check: the replay backend, because under the fused one every static size
+# is a kernel of its own and the suite's fused_sync waits for g++ on each (100 s of the suite for 280 of them)
+EAGER = dict(dynamic=False, backend="eager")
+
+
 def test_every_one_of_many_static_entries_is_found_and_equals_eager():
     with ds.config.patch(recompile_limit=10000):
-        cf = ds.compile(f, dynamic=False)
+        cf = ds.compile(f, **EAGER)
         xs = [torch.randn(n, 4) for n in range(1, 80)]
         for x in xs:
             cf(x)
@@ -45,7 +50,7 @@ def test_index_and_dynamic_entries_together():
 
 def test_recompile_reasons_stay_bounded_with_many_entries():
     with ds.config.patch(recompile_limit=10000):
-        cf = ds.compile(f, dynamic=False)
+        cf = ds.compile(f, **EAGER)
         for n in range(1, 200):
             cf(torch.randn(n, 4))
     kept = len(cf.stats.recompile_reasons)
@@ -54,7 +59,7 @@ def test_recompile_reasons_stay_bounded_with_many_entries():
 
 
 def test_past_the_limit_misses_run_eagerly_without_explaining(monkeypatch):
-    cf = ds.compile(f, dynamic=False)
+    cf = ds.compile(f, **EAGER)
     with warnings.catch_warnings(record=True) as w:
         warnings.simplefilter("always")
         for n in range(1, 12):
@@ -80,7 +85,7 @@ def test_past_the_limit_misses_run_eagerly_without_explaining(monkeypatch):
 def test_past_the_limit_sizes_that_missed_skip_the_lookup_and_other_calls_still_hit_their_entries(monkeypatch):
     # issue 22: a call past the limit cost binding + a failed lookup (11.8 us over eager); sizes
     # that already missed every entry now run eagerly at once. Calls that hit an entry still do.
-    cf = ds.compile(f, dynamic=False)
+    cf = ds.compile(f, **EAGER)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         for n in range(1, 12):
