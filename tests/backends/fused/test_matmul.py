@@ -171,3 +171,26 @@ def test_other_products_stay_torchs_calls(case, calls):
 def test_the_replaced_targets_are_the_products_a_trace_records():
     names = {fn.__name__ for fn in matmul._TARGETS.values()}
     assert names == {"linear", "addmm", "mm", "matmul"}
+
+
+@pytest.mark.parametrize("name,args", [
+    ("linear", lambda x, w, b: (x, w, b)), ("addmm", lambda x, w, b: (b, x, w.t())),
+    ("mm", lambda x, w, b: (x, w.t())), ("matmul", lambda x, w, b: (x, w.t()))])
+def test_a_product_below_the_minimum_work_goes_straight_to_torch(monkeypatch, name, args):
+    # a small model's products are most of its calls: they skip the fast path's checks entirely
+    monkeypatch.setattr(gemm, "min_work", [1 << 18])
+    monkeypatch.setattr(matmul, "_run", lambda *a: pytest.fail("a 64x32x32 product took the fast path's checks"))
+    a = args(torch.randn(64, 32), torch.randn(32, 32), torch.randn(32))
+    want = F.linear(*a) if name == "linear" else getattr(torch, name)(*a)
+    torch.testing.assert_close(getattr(matmul, name)(*a), want)
+
+
+def test_wrong_shapes_of_a_small_product_raise_torch_s_errors():
+    x = torch.randn(4, 3)
+    for ours, theirs in [(lambda: matmul.linear(x, torch.tensor(2.0)), lambda: F.linear(x, torch.tensor(2.0))),
+                         (lambda: matmul.mm(x, torch.tensor(2.0)), lambda: torch.mm(x, torch.tensor(2.0))),
+                         (lambda: matmul.matmul(x, torch.randn(5)), lambda: torch.matmul(x, torch.randn(5)))]:
+        with pytest.raises(Exception) as want:
+            theirs()
+        with pytest.raises(type(want.value)):
+            ours()
