@@ -18,6 +18,7 @@ from __future__ import annotations
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from . import no_dynamo
 from .tree import leaves
 
 _DEVICES = ("cpu", "cuda")
@@ -73,6 +74,9 @@ class _Probe(TorchDispatchMode):
         return _map_tensors(out, self.standin)
 
 
+no_dynamo.defer(_Probe.__dict__["__torch_dispatch__"])  # torch wrapped it; calling it would import Dynamo
+
+
 def _map_tensors(out, fn):
     if isinstance(out, torch.Tensor):
         return fn(out)
@@ -84,6 +88,8 @@ def _map_tensors(out, fn):
 def probe(device: str, func, args, kwargs):
     """({index of a tensor leaf of (args, kwargs): dtype autocast casts it to}, [result dtypes]),
     or None when the op cannot run on stand-ins."""
+    if not no_dynamo._done:  # torch's meta kernels run below: not one of them may import torch._dynamo
+        no_dynamo.prepare()
     tensors = [a for a in leaves((args, kwargs)) if isinstance(a, torch.Tensor)]
     standins: dict = {}
     by_id = {}

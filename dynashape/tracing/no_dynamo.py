@@ -59,12 +59,7 @@ def prepare() -> None:
         seen.add(id(g))
         cells = dict(zip(g.__code__.co_freevars, g.__closure__ or ()))
         if g.__code__ is code:
-            try:
-                fn, recursive = cells["fn"].cell_contents, cells["recursive"].cell_contents
-            except ValueError:
-                continue
-            if getattr(fn, "__dynamo_disable", None) is None:
-                setattr(fn, "__dynamo_disable", _UntilDynamo(fn, recursive))
+            _stand_in(cells)
         w = getattr(g, "__wrapped__", None)
         if isinstance(w, types.FunctionType):
             todo.append(w)
@@ -75,3 +70,25 @@ def prepare() -> None:
                 continue
             if isinstance(v, types.FunctionType):
                 todo.append(v)
+
+
+def _stand_in(cells: dict) -> None:
+    """The stand-in for the function one of torch's `_disable_dynamo` wrappers holds (its closure)."""
+    try:
+        fn, recursive = cells["fn"].cell_contents, cells["recursive"].cell_contents
+    except (KeyError, ValueError):
+        return
+    if getattr(fn, "__dynamo_disable", None) is None:
+        setattr(fn, "__dynamo_disable", _UntilDynamo(fn, recursive))
+
+
+def defer(wrapper) -> None:
+    """Our own function that torch wrapped (a TorchDispatchMode subclass's `__torch_dispatch__`, wrapped
+    when the class is made): the same stand-in, so entering the mode imports no torch._dynamo."""
+    try:
+        import torch._compile as tc
+        code = tc._disable_dynamo(lambda: None).__code__
+    except Exception:  # noqa: BLE001 - another torch: nothing to do
+        return
+    if isinstance(wrapper, types.FunctionType) and wrapper.__code__ is code and "torch._dynamo" not in sys.modules:
+        _stand_in(dict(zip(code.co_freevars, wrapper.__closure__ or ())))

@@ -16,6 +16,13 @@ PROGRAM = textwrap.dedent("""
     x, w = torch.randn(3, 5), torch.randn(5)
     for backend in ("eager", "fused"):
         torch.testing.assert_close(ds.compile(f, backend=backend)(x, w), f(x, w))
+    m = torch.nn.Sequential(torch.nn.Linear(5, 5), torch.nn.GELU(), torch.nn.LayerNorm(5))
+    def g(x):  # autocast entered inside the trace (our TorchFunctionMode on), and its ops probed
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            return m(x).float()
+    with torch.autocast("cpu", dtype=torch.bfloat16):  # and around the call
+        torch.testing.assert_close(ds.compile(m, dynamic=True)(x), m(x))
+    torch.testing.assert_close(ds.compile(g, dynamic=True)(x), g(x))
     print("dynamo imported by our compile:", "torch._dynamo" in sys.modules)
     torch.testing.assert_close(torch.compile(f, backend="aot_eager")(x, w), f(x, w))
     print("torch.compile after it: ok")
