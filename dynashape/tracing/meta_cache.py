@@ -14,6 +14,8 @@ from collections import OrderedDict
 
 import torch
 
+from torch.utils._python_dispatch import TorchDispatchMode
+
 from . import no_dynamo
 from .tree import leaves
 
@@ -103,8 +105,10 @@ def call(func, args, kwargs):
         return func(*args, **kwargs)
     if torch.is_grad_enabled() and any(isinstance(a, torch.Tensor) and a.requires_grad
                                        for a in leaves((args, kwargs))):
-        # autograd records this call: the output's history (grad_fn, is_leaf, views) must be its own
-        return func(*args, **kwargs)
+        # autograd records this call: the output's history (grad_fn, is_leaf, views) must be its own,
+        # so the call runs; the aten ops autograd hands down are served from the cache below it
+        with _BelowAutograd():
+            return func(*args, **kwargs)
     key = (func, torch.is_grad_enabled(), torch.is_inference_mode_enabled(), autocast_state(), _sig(args),
            _sig(tuple(sorted(kwargs.items()))))
     if _UNCACHEABLE in key[4:]:
@@ -125,3 +129,46 @@ def call(func, args, kwargs):
             _cache.popitem(last=False)
     return out
 
+
+def _fresh_op(func) -> bool:
+    """An aten op whose results are new tensors: it writes no argument and returns no alias of one."""
+    schema = getattr(func, "_schema", None)
+    return schema is not None and not schema.is_mutable and all(r.alias_info is None for r in schema.returns)
+
+
+def _names_input(spec) -> bool:
+    return spec[0] == "input" or (type(spec[0]) is type and any(_names_input(x) for x in spec[1]))
+
+
+class _BelowAutograd(TorchDispatchMode):
+    """Under autograd, a traced call (linear on tensors that require grad) reaches torch's meta kernels
+    op by op below the autograd layer, which has already recorded the history; there the results
+    depend only on the arguments' metadata, so ops that make new tensors are served by the cache as
+    calls without autograd are (torch's Python meta kernels for addmm & co were half of a grad-mode
+    compile). Views, in-place ops and anything the cache cannot describe run as they are."""
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if not _fresh_op(func) or "out" in kwargs:
+            return func(*args, **kwargs)
+        key = ("below autograd", func, _sig(args), _sig(tuple(sorted(kwargs.items()))))
+        if _UNCACHEABLE in key[2:]:
+            return func(*args, **kwargs)
+        try:
+            spec = _cache.get(key)
+        except TypeError:
+            return func(*args, **kwargs)
+        inputs = [a for a in leaves((args, kwargs)) if isinstance(a, torch.Tensor)]
+        if spec is not None:
+            _cache.move_to_end(key)
+            return _build(spec, inputs)
+        out = func(*args, **kwargs)
+        spec = _spec(out, inputs)
+        if spec is not _UNCACHEABLE and not _names_input(spec):  # a schema that says fresh but returned an input
+            _cache[key] = spec
+            if len(_cache) > _MAX:
+                _cache.popitem(last=False)
+        return out
+
+
+no_dynamo.defer(_BelowAutograd.__dict__["__torch_dispatch__"])  # torch wrapped it: no Dynamo import on a call

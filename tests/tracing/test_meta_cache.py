@@ -20,3 +20,25 @@ def test_inplace_relu_on_an_intermediate_traces_and_gives_eagers_gradients():
     torch.testing.assert_close(lin.weight.grad, want[0])
     torch.testing.assert_close(lin.bias.grad, want[1])
     assert cf.stats.graph_breaks == [] and cf.stats.compiles == 1
+
+
+def test_ops_below_autograd_are_served_by_the_cache_and_keep_eagers_history():
+    # a call on tensors that require grad runs under autograd (its grad_fn is eager's); the aten ops
+    # autograd hands down (addmm's Python meta kernel) come from the cache on a second compile
+    from dynashape.tracing import meta_cache
+
+    def f(x, w, b):
+        y = torch.nn.functional.linear(x, w, b)
+        return y, y.grad_fn.name(), y.relu().sum(-1)
+    meta_cache._cache.clear()
+    x, w, b = torch.randn(5, 3), torch.randn(4, 3, requires_grad=True), torch.randn(4, requires_grad=True)
+    for _ in range(2):
+        ds.reset()
+        got = ds.compile(f, dynamic=True)(x, w, b)
+        want = f(x, w, b)
+        assert got[1] == want[1] == "AddmmBackward0"
+        torch.testing.assert_close(got[0], want[0])
+        (g,) = torch.autograd.grad(got[2].sum(), w)
+        torch.testing.assert_close(g, torch.autograd.grad(want[2].sum(), w)[0])
+    below = [k for k in meta_cache._cache if k[0] == "below autograd"]
+    assert any("addmm" in str(k[1]) for k in below), below
