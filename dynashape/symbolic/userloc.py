@@ -27,23 +27,36 @@ class Location:
         return f"{self.short()} in {self.function}"
 
 
+_internal: dict = {}  # filename -> is_internal (a trace asks for every op, over the same few files)
+_locations: dict = {}  # (filename, lineno, function) -> Location
+
+
 def is_internal(filename: str) -> bool:
     """True for frames that belong to dynashape, torch, sympy or generated code."""
-    return (
-        filename.startswith(_DYNASHAPE_DIR)
-        or filename.startswith("<dynashape")
-        or any(p in filename for p in _SKIP_PARTS)
-    )
+    r = _internal.get(filename)
+    if r is None:
+        r = _internal[filename] = (filename.startswith(_DYNASHAPE_DIR) or filename.startswith("<dynashape")
+                                   or any(p in filename for p in _SKIP_PARTS))
+        if len(_internal) > 4096:  # generated file names (exec'd code) must not grow it without bound
+            _internal.clear()
+    return r
 
 
 def user_location(skip: int = 1) -> Location | None:
     """The innermost frame that is the user's own code, or None."""
     f = sys._getframe(skip)
     while f is not None:
-        fn = f.f_code.co_filename
+        co = f.f_code
+        fn = co.co_filename
         if not is_internal(fn):
-            code = linecache.getline(fn, f.f_lineno).strip()
-            return Location(fn, f.f_lineno, f.f_code.co_name, code)
+            key = (fn, f.f_lineno, co.co_name)
+            loc = _locations.get(key)
+            if loc is None:
+                if len(_locations) > 4096:
+                    _locations.clear()
+                code = linecache.getline(fn, f.f_lineno).strip()
+                loc = _locations[key] = Location(fn, f.f_lineno, co.co_name, code)
+            return loc
         f = f.f_back
     return None
 
