@@ -42,6 +42,8 @@ _ROW_SAFE = {"embedding", "scaled_dot_product_attention", "layer_norm", "rms_nor
 _DIMMED = ops.REDUCE | {"softmax", "log_softmax", "cumsum", "cat", "stack"}
 _RANDOM = {"rand", "randn", "randint", "rand_like", "randn_like", "randint_like", "bernoulli", "multinomial",
            "normal", "poisson", "randperm", "uniform_", "normal_", "bernoulli_", "exponential_", "random_"}
+# ops that update running statistics in place when their flag (argument 5) is set, as in training mode
+_UPDATES_STATS = {"batch_norm": "training", "instance_norm": "use_input_stats"}
 _LIVE: collections.OrderedDict = collections.OrderedDict()  # (graphs, key) -> bytes, least recent first
 
 
@@ -200,8 +202,11 @@ class Graphs:
             if n.kind != "call":
                 continue
             name = getattr(n.target, "__name__", "")
-            if is_inplace(n.target, n.kwargs):
-                hit = [i for w in leaves(written(n.target, n.args, n.kwargs)) for i in _aliased_inputs(w)]
+            stats = name in _UPDATES_STATS and ops.arg(n, 5, _UPDATES_STATS[name], False)
+            if is_inplace(n.target, n.kwargs) or stats:
+                changed = [ops.arg(n, 1, "running_mean", None), ops.arg(n, 2, "running_var", None)] if stats \
+                    else written(n.target, n.args, n.kwargs)
+                hit = [i for w in leaves(changed) for i in _aliased_inputs(w)]
                 if any(_copied(i) for i in hit):  # a replay would change the static copy, not the caller's tensor
                     self.why_none = f"{name} at {n.location} changes an argument in place"
                 self.written += [k for k, e in enumerate(ext) if any(e is i for i in hit) and k not in self.written]
@@ -209,7 +214,8 @@ class Graphs:
                 self.why_none = f"{name} at {n.location} draws random numbers (a replay would not draw eager's)"
         out = graph.output_node
         for v in (out.args[0] if out else ()):
-            if _aliased_inputs(v):  # the replay's output is a copy: eager's would share the input's memory
+            if self.why_none is None and _aliased_inputs(v):  # the replay's output is a copy: eager's would
+                # share the input's memory
                 self.why_none = f"the output {v.name} may be a view of an input"
         if torch.is_grad_enabled() and any(isinstance(n.meta, TensorMeta) and n.meta.requires_grad
                                            for n in graph.inputs()):
@@ -340,14 +346,25 @@ class Graphs:
             return None
         if bucketed and not self.guard_set.fn(Ls):  # the bucket's size is outside what the graph was traced for
             return None
+        # a warm-up run outside the capture (lazy initialization: cuBLAS handles, Triton's first launch)
+        # really runs: what it writes in place where it lives (a cache's index_copy_, a buffer's add_)
+        # is put back, so the replay that serves this call writes it once, as eager does
+        vals = self.read_ext(L)
+        written = [vals[k] for k in self.written]
+        before = [t.clone() for t in written]
         if SIMULATE[0]:
+            self.fn(Ls)
             cap = _Captured(statics, None, None, Ls)
         else:
             side = torch.cuda.Stream()
             side.wait_stream(torch.cuda.current_stream())
             with torch.cuda.stream(side):
-                self.fn(Ls)  # lazy initialization (cuBLAS handles, Triton's first launch) outside the capture
+                self.fn(Ls)
             torch.cuda.current_stream().wait_stream(side)
+        with torch.no_grad():
+            for t, b in zip(written, before):
+                t.copy_(b)
+        if not SIMULATE[0]:
             g = torch.cuda.CUDAGraph()
             with torch.cuda.graph(g):
                 outs = self.fn(Ls)

@@ -13,7 +13,8 @@ INPLACE_DUNDERS = {"__setitem__", "__iadd__", "__isub__", "__imul__", "__itruedi
 
 
 VIEW_OR_COPY = {"reshape", "reshape_as", "flatten", "ravel", "contiguous", "unflatten", "view_as_real"}
-# ops whose result is always new memory, whatever their inputs (factories, copies, arithmetic)
+# ops whose result is always new memory, whatever their inputs (factories, copies, arithmetic); not
+# dropout: eval mode and p=0 return the input itself
 FRESH = {"clone", "zeros", "ones", "empty", "full", "rand", "randn", "randint", "arange", "tensor", "zeros_like",
           "ones_like", "empty_like", "full_like", "rand_like", "randn_like", "eye", "linspace", "cat", "stack"}
 COMPUTES = {"add", "sub", "mul", "div", "neg", "exp", "log", "sin", "cos", "tanh", "sigmoid", "relu", "gelu", "silu",
@@ -21,11 +22,12 @@ COMPUTES = {"add", "sub", "mul", "div", "neg", "exp", "log", "sin", "cos", "tanh
              "pow", "sqrt", "rsqrt", "abs", "where", "masked_fill", "eq", "ne", "lt", "le", "gt", "ge", "cumsum",
              "__add__", "__sub__", "__mul__", "__truediv__", "__neg__", "__matmul__", "__radd__", "__rsub__",
              "__rmul__", "__rtruediv__", "__pow__", "__eq__", "__ne__", "__lt__", "__le__", "__gt__", "__ge__",
-             "embedding", "dropout", "scaled_dot_product_attention", "clamp", "triu", "tril", "roll", "flip",
+             "embedding", "scaled_dot_product_attention", "clamp", "triu", "tril", "roll", "flip",
              "repeat", "baddbmm", "addmm", "einsum", "conv1d", "conv2d", "one_hot", "nonzero", "index_select",
              "gather", "bitwise_and", "bitwise_or", "logical_and", "logical_or", "logical_not", "__and__",
              "__or__", "__invert__", "max", "min", "argmax", "prod", "var", "std", "norm", "erf", "floor",
-             "ceil", "round", "sign", "reciprocal", "minimum", "maximum", "addcmul", "lerp"}
+             "ceil", "round", "sign", "reciprocal", "minimum", "maximum", "addcmul", "lerp", "batch_norm",
+             "instance_norm", "group_norm"}
 FRESH |= COMPUTES
 
 

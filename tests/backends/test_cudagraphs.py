@@ -307,3 +307,29 @@ def test_a_static_cache_decode_loop_of_a_tiny_llama_replays_one_graph_and_gives_
     decode = _all_graphs(cf)[0]  # newest entry: one token at a time, the cache written in place
     assert decode.why_none is None and len(decode.graphs) == 1, decode.cuda_graphs_report()
     assert decode.written, "the cache's index_copy_ is an in-place write the replay makes"
+
+
+def test_running_statistics_updated_in_training_mode_are_updated_once_per_call():
+    # batch_norm in training mode writes its running mean and variance in place without a `_` name;
+    # the warm-up run before a capture must not count as a call
+    torch.manual_seed(0)
+    m, ref = nn.BatchNorm1d(4), nn.BatchNorm1d(4)
+    cf = ds.compile(m, dynamic=True)
+    for n in (3, 3, 3, 5, 5, 5, 3):
+        x = torch.randn(n, 4)
+        torch.testing.assert_close(cf(x), ref(x))
+        torch.testing.assert_close((m.running_mean, m.running_var, m.num_batches_tracked),
+                                   (ref.running_mean, ref.running_var, ref.num_batches_tracked))
+    g = graphs_of(cf)
+    assert g.why_none is None and len(g.graphs) == 2 and g.written, g.cuda_graphs_report()
+
+
+def test_dropout_in_eval_mode_returns_its_input_itself_as_eager_does():
+    # F.dropout(x, training=False) (and p=0) is x: a replay's copy would not be; aliasing.FRESH said
+    # dropout always made new memory
+    def g(x):
+        return F.dropout(x, 0.5, training=False)
+    cf = ds.compile(g, dynamic=True)
+    for n in (3, 3, 3):
+        x = torch.randn(n)
+        assert cf(x) is x
