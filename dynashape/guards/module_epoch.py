@@ -16,15 +16,22 @@ import torch
 epoch = [0]  # mutable cell read by generated guards
 _orig_setattr = torch.nn.Module.__setattr__
 _orig_delattr = torch.nn.Module.__delattr__
+# torch's own, not the one tracing/pyenv.py patches in while dynashape traces. torch.compile folds it
+# to True: tracing a forward that sets an attribute (`self.calls += 1`), Dynamo would otherwise see
+# the bump and guard on the counter's value, which every such call moves (a recompile per call up
+# to its limit). The attribute write its compiled code replays still comes through here, and bumps.
+_torch_compiling = torch.compiler.is_compiling
 
 
 def _setattr(self, name, value):
-    epoch[0] += 1
+    if not _torch_compiling():
+        epoch[0] += 1
     _orig_setattr(self, name, value)
 
 
 def _delattr(self, name):
-    epoch[0] += 1
+    if not _torch_compiling():
+        epoch[0] += 1
     _orig_delattr(self, name)
 
 

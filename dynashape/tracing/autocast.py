@@ -38,17 +38,17 @@ def active_for(args, kwargs) -> str | None:
 class _Probe(TorchDispatchMode):
     """Each aten op on meta; the tensors handed back are stand-ins on the real device."""
 
-    def __init__(self, device: str, standins: dict):
+    def __init__(self, device: str, standins: dict, strided: bool = False):
         super().__init__()
         self.device = device
+        self.strided = strided
         self.meta_of = standins  # id(stand-in) -> meta tensor
         self.keep: list = []
         self.casts: dict = {}  # id(a stand-in of an argument) -> the dtype autocast cast it to
         self.top = set(standins)
 
     def standin(self, meta: torch.Tensor) -> torch.Tensor:
-        s = torch.empty((), dtype=meta.dtype, device=self.device)
-        s = s.expand(meta.shape) if meta.dim() else s
+        s = _standin(meta.shape, meta.stride(), meta.dtype, self.device, self.strided)
         self.meta_of[id(s)] = meta
         self.keep.append(s)
         return s
@@ -77,6 +77,16 @@ class _Probe(TorchDispatchMode):
 no_dynamo.defer(_Probe.__dict__["__torch_dispatch__"])  # torch wrapped it; calling it would import Dynamo
 
 
+def _standin(shape, stride, dtype, device, strided: bool) -> torch.Tensor:
+    """One element expanded to `shape` (no memory), or, `strided`, a tensor with the real strides
+    (uninitialized, never read: the memory of the real tensor, which the CPU does not map until it
+    is touched)."""
+    if strided:
+        return torch.empty_strided(shape, stride, dtype=dtype, device=device)
+    s = torch.empty((), dtype=dtype, device=device)
+    return s.expand(shape) if len(shape) else s
+
+
 def _map_tensors(out, fn):
     if isinstance(out, torch.Tensor):
         return fn(out)
@@ -87,19 +97,30 @@ def _map_tensors(out, fn):
 
 def probe(device: str, func, args, kwargs):
     """({index of a tensor leaf of (args, kwargs): dtype autocast casts it to}, [result dtypes]),
-    or None when the op cannot run on stand-ins."""
+    or None when the op cannot run on stand-ins.
+
+    Stand-ins are first one element expanded (strides 0). A composite op that decides between
+    `view` and a copy by its inputs' strides (matmul's reshape to 3-d inside sdpa's math path, on a
+    transposed query) then takes `view`, which the meta tensor with the real strides refuses: such
+    an op is probed again with stand-ins that have the real strides."""
     if not no_dynamo._done:  # torch's meta kernels run below: not one of them may import torch._dynamo
         no_dynamo.prepare()
+    got = _probe(device, func, args, kwargs, strided=False)
+    if got is None:
+        got = _probe(device, func, args, kwargs, strided=True)
+    return got
+
+
+def _probe(device: str, func, args, kwargs, strided: bool):
     tensors = [a for a in leaves((args, kwargs)) if isinstance(a, torch.Tensor)]
     standins: dict = {}
     by_id = {}
     with torch._C.DisableTorchFunction():
         for t in tensors:
-            s = torch.empty((), dtype=t.dtype, device=device)
-            s = s.expand(t.shape) if t.dim() else s
+            s = _standin(t.shape, T_stride(t), t.dtype, device, strided)
             standins[id(s)] = torch.empty_strided(t.shape, T_stride(t), dtype=t.dtype, device="meta")
             by_id[id(t)] = s
-    mode = _Probe(device, standins)
+    mode = _Probe(device, standins, strided)
     mode.keep += list(by_id.values())
 
     def swap(x):
