@@ -13,6 +13,7 @@ import functools
 import inspect
 import logging
 import os
+import re
 import sys
 import types
 import warnings
@@ -277,8 +278,7 @@ class CompiledFunction:
     def _limit_hit(self, args, kwargs, reasons):
         msg = (f"dynashape: {self.__name__} ({self._where()}) hit recompile_limit "
                f"({config.recompile_limit}); running it eagerly from now on. Last reason: {reasons[0]}. "
-               f"To keep one graph, make the varying dims dynamic (ds.mark_dynamic or "
-               f"DYNASHAPE_DYNAMIC_SOURCES), or raise config.recompile_limit.")
+               f"To keep one graph, {_limit_advice(reasons[0])}, or raise config.recompile_limit.")
         if _th.on: _th.emit("limit_hit", self, msg)  # noqa: E701
         if config.fail_on_recompile_limit_hit:
             raise RecompileError(msg, reasons)
@@ -694,6 +694,14 @@ class CompiledModule(torch.nn.Module):
             return super().__getattr__(name)
         except AttributeError:
             return getattr(self._orig_mod, name)
+
+
+def _limit_advice(reason: str) -> str:
+    """What keeps one graph, for the guard that failed last."""
+    if re.match(r"L\['self'\](\.\w+)+ == -?\d+ failed", reason):  # an int attribute of a module: specialized
+        return ("make that module int attribute dynamic (ds.config.allow_unspec_int_on_nn_module = True, as "
+                "torch.compile's allow_unspec_int_on_nn_module), or keep the counter outside the module")
+    return "make the varying dims dynamic (ds.mark_dynamic or DYNASHAPE_DYNAMIC_SOURCES)"
 
 
 def _rebuild_module(orig, opts, hooks):

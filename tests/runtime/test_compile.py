@@ -402,3 +402,25 @@ def test_a_compiled_function_copies_as_a_function_and_a_compiled_bound_method_wi
     fwd2 = copy.deepcopy(fwd)
     assert fwd2 is not fwd and fwd2._module is not model
     torch.testing.assert_close(fwd2(x), model(x))
+
+
+def test_the_recompile_limit_message_names_the_knob_for_a_module_int_attribute():
+    class Counting(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.calls = 0
+
+        def forward(self, x):
+            self.calls += 1
+            return x * self.calls
+    cf = ds.compile(Counting())
+    with pytest.warns(UserWarning, match="allow_unspec_int_on_nn_module") as w:
+        for _ in range(10):
+            cf(torch.ones(2))
+    assert "mark_dynamic" not in str(w[0].message)
+    with ds.config.patch(allow_unspec_int_on_nn_module=True):  # what it says works: one dynamic graph more
+        m = Counting()
+        cf = ds.compile(m)
+        for _ in range(10):
+            torch.testing.assert_close(cf(torch.ones(2)), torch.ones(2) * m.calls)
+        assert cf.stats.compiles == 2
