@@ -255,3 +255,16 @@ def test_a_power_of_a_size_and_math_sqrt_of_it_stay_symbolic_but_from_math_impor
     check_vs_eager(lambda x: x / math.sqrt(x.size(-1)), cases, compiles=1)  # as torch.compile (was 3)
     cf = check_vs_eager(lambda x: x / sqrt(x.size(-1)), cases, compiles=3)  # bound before any trace
     assert "L['x'].size()[1] == 3" in cf.entries[-1].guards
+
+
+def test_an_error_caught_by_the_program_holds_only_for_the_sizes_it_was_raised_at():
+    """`try: x.view(-1, 4) except RuntimeError: ...`: the meta run's error depends on the sizes, so
+    they are guarded; a size where view works must not reuse the except path's graph."""
+    def f(x):
+        try:
+            y = x.view(-1, 4)
+        except RuntimeError:
+            y = x.reshape(1, -1)
+        return y * 2
+
+    check_vs_eager(f, [(torch.ones(n),) for n in (8, 6, 12, 5, 16)])

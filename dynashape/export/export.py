@@ -25,6 +25,7 @@ from ..symbolic.shape_env import DimDynamic, ShapeEnv
 from ..symbolic.sources import ItemSource, LocalSource
 from ..symbolic.userloc import user_frames
 from ..tracing.errors import GraphBreak, GraphBreakError
+from ..tracing.pyenv import trace_environment
 from ..tracing.speculate import RealValues
 from ..tracing.tracer import DimPolicy, Tracer
 from .dims import Dim
@@ -88,7 +89,7 @@ def export(mod, args, kwargs=None, *, dynamic_shapes=None, record_branches: bool
         raise SpecError(str(e) + _suggest_relation(fn, sig, ba, paths, sites, site)) from None
     ba.apply_defaults()
     L = _unalias(dict(ba.arguments), paths)
-    job = _Trace(fn, sig, L, sites, roots, record_branches)
+    job = _Trace(fn, sig, L, sites, roots, record_branches, passed=(set(bound), len(args)))
     job.run()
     checks, pins = solve(job.env, sites, roots)
     return job.program(checks, pins, bound, module, name)
@@ -121,8 +122,9 @@ def _unalias(L: dict, paths: ArgPaths) -> dict:
 class _Trace:
     """One trace of the program under the symbols of the spec."""
 
-    def __init__(self, fn, sig, L, sites: list[Site], roots, record_branches: bool = False):
+    def __init__(self, fn, sig, L, sites: list[Site], roots, record_branches: bool = False, passed=None):
         self.fn, self.sig, self.L, self.sites, self.roots = fn, sig, L, sites, roots
+        self.passed = passed  # (names the example passed, how many positionally): the trace calls as the user did
         self.env = ShapeEnv(specialize_zero_one=True, duck_shape=False)
         self.graph = Graph()
         self.pins: dict = {}
@@ -148,8 +150,9 @@ class _Trace:
         grad = torch.is_grad_enabled()
         try:
             fake = {name: tracer.wrap_input(v, LocalSource(name)) for name, v in self.L.items()}
-            fba = inspect.BoundArguments(self.sig, fake)
-            tracer.run(self.fn, fba.args, fba.kwargs)
+            args, kwargs = self._call(fake)
+            with trace_environment(export=True):  # is_compiling()/is_exporting() are True, as under torch.export
+                tracer.run(self.fn, args, kwargs)
             tracer.real = None
         except GraphBreak as e:
             torch._C._set_grad_enabled(grad)
@@ -166,6 +169,32 @@ class _Trace:
                 s.expr = next((sym for sym, info in self.env.var_info.items() if s.source in info.sources), None)
 
     # ------------------------------------------------------------ the program
+    def _call(self, fake: dict):
+        """The trace's call, shaped as the example's: what it passed positionally stays positional,
+        its keywords stay keywords, and defaults are left to the function (a wrapper such as
+        transformers' that fills an argument from the config by keyword would otherwise get it
+        twice)."""
+        if self.passed is None:
+            fba = inspect.BoundArguments(self.sig, fake)
+            return fba.args, fba.kwargs
+        names, n_pos = self.passed
+        args, kwargs = [], {}
+        for p in self.sig.parameters.values():
+            v = fake[p.name]
+            if p.name not in names:
+                if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and _holds_tensor(v):
+                    kwargs[p.name] = v  # a tensor default is an input of the program: the trace reads it as one
+                continue
+            if p.kind is p.VAR_POSITIONAL:
+                args.extend(v)
+            elif p.kind is p.VAR_KEYWORD:
+                kwargs.update(v)
+            elif p.kind is p.POSITIONAL_ONLY or (p.kind is p.POSITIONAL_OR_KEYWORD and len(args) < n_pos):
+                args.append(v)
+            else:
+                kwargs[p.name] = v
+        return tuple(args), kwargs
+
     def program(self, checks, pins: dict, bound: dict, module, name: str) -> ExportedProgram:
         env = self.env
         self.pins.update({s: sympy.Integer(v) for s, v in pins.items()})
@@ -374,6 +403,16 @@ def _resolved_spec(inputs: dict, symbols: dict, checks) -> dict:
     return {k: walk(v) for k, v in inputs.items()}
 
 
+def _holds_tensor(v) -> bool:
+    if isinstance(v, torch.Tensor):
+        return True
+    if isinstance(v, (tuple, list)):
+        return any(_holds_tensor(x) for x in v)
+    if isinstance(v, dict):
+        return any(_holds_tensor(x) for x in v.values())
+    return False
+
+
 def _suggest_relation(fn, sig, ba, paths, sites, site) -> str:
     """For a derived dim the example does not fit: trace with an independent Dim in its place
     and report the relation the program needs, if that reveals one."""
@@ -383,7 +422,8 @@ def _suggest_relation(fn, sig, ba, paths, sites, site) -> str:
         roots = plan_roots(trial)
         ba2 = inspect.BoundArguments(sig, ba.arguments.copy())
         ba2.apply_defaults()
-        job = _Trace(fn, sig, _unalias(dict(ba2.arguments), paths), trial, roots)
+        job = _Trace(fn, sig, _unalias(dict(ba2.arguments), paths), trial, roots,
+                     passed=(set(ba.arguments), len(ba.args)))
         job.run()
         solve(job.env, trial, roots)
     except ConstraintViolationError as e:

@@ -36,9 +36,23 @@ class FrameState:
         self.dynamic: set[Source] = set()  # sources that changed: symbolic from now on
         self.oblivious: set[Source] = set()  # dynamic sizes that recompiled for 0/1: no 0/1 specialization
         self.why: dict[Source, str] = {}  # how each dynamic source became dynamic
+        self.ranks: dict[Source, int] = {}  # tensor source -> its rank at the first compile
+        self.any_rank: set[Source] = set()  # tensors seen with two ranks: every size dynamic (as torch's)
 
     def update(self, L: dict) -> None:
-        self.update_pairs(_walk(L))
+        ranks: dict = {}
+        self.update_pairs(_walk(L, ranks))
+        for src, n in ranks.items():  # a rank change makes all of the tensor's sizes dynamic, any rank
+            old = self.ranks.setdefault(src, n)
+            if old != n and src not in self.any_rank:
+                self.any_rank.add(src)
+                self.why[src] = f"automatic: seen with rank {old} and {n}"
+            if src in self.any_rank:
+                for i in range(n):
+                    size = SizeSource(src, i)
+                    if size not in self.dynamic:
+                        self.dynamic.add(size)
+                        self.why[size] = self.why[src]
 
     def update_pairs(self, pairs) -> None:
         """Record (source, value) observations; a changed value makes its source dynamic."""
@@ -83,14 +97,17 @@ def _base_name(pretty: str) -> str:
 _MAX_DEPTH = 64  # as deep as the tracer looks into nested arguments
 
 
-def _walk(L: dict):
+def _walk(L: dict, ranks: dict | None = None):
+    """(source, value) of every size and int in the arguments; `ranks` gets each tensor's rank."""
     for name, v in L.items():
-        yield from _walk_value(v, LocalSource(name))
+        yield from _walk_value(v, LocalSource(name), 0, ranks)
 
 
-def _walk_value(v, src, depth=0):
+def _walk_value(v, src, depth=0, ranks=None):
     if isinstance(v, torch.Tensor):
         if not v.is_nested:  # nested tensors have no sizes (and run eagerly)
+            if ranks is not None:
+                ranks[src] = v.dim()
             for i, s in enumerate(v.shape):
                 yield SizeSource(src, i), int(s)
     elif isinstance(v, bool):
@@ -102,17 +119,17 @@ def _walk_value(v, src, depth=0):
         return
     elif isinstance(v, (list, tuple)):
         for i, x in enumerate(v):
-            yield from _walk_value(x, ItemSource(src, i), depth + 1)
+            yield from _walk_value(x, ItemSource(src, i), depth + 1, ranks)
     elif isinstance(v, dict):
         for k, x in v.items():
             if isinstance(k, (str, int)):
-                yield from _walk_value(x, ItemSource(src, k), depth + 1)
+                yield from _walk_value(x, ItemSource(src, k), depth + 1, ranks)
     elif _plain_object(v):  # a cache or config object passed in: its tensors' sizes (as runtime/pystate.py names them)
         for k, x in vars(v).items():
             if isinstance(k, str) and not k.startswith("__") and isinstance(x, (torch.Tensor, list, tuple, dict)) \
                     or _plain_object(x):
                 yield from _walk_value(x, AttrSource(src, k) if k.isidentifier()
-                                       else ItemSource(AttrSource(src, "__dict__"), k), depth + 1)
+                                       else ItemSource(AttrSource(src, "__dict__"), k), depth + 1, ranks)
 
 
 def _plain_object(v) -> bool:

@@ -13,10 +13,14 @@ from ..symbolic.userloc import user_location
 from .state import current_tracer
 
 
-def runtime_check(cond, message):
+ERRORS = {e.__name__: e for e in (RuntimeError, ValueError, IndexError, TypeError, NotImplementedError,
+                                   AssertionError)}  # torch._check_*'s error types
+
+
+def runtime_check(cond, message, error="RuntimeError"):
     """What a recorded check does when the compiled code runs."""
     if not cond:
-        raise RuntimeError(message)
+        raise ERRORS.get(error, RuntimeError)(message)
 
 
 runtime_check._codegen_name = "ds_check"

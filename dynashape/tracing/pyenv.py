@@ -1,15 +1,21 @@
 """Python functions whose answer must differ inside a trace, patched while one runs.
 
 - `torch.compiler.is_compiling()` is True in the tracing thread, so libraries
-  (transformers' mask construction) take the paths they take under a compiler.
+  (transformers' mask construction) take the paths they take under a compiler;
+  `torch.compiler.is_exporting()` is True while `ds.export` traces, as under
+  torch.export.
 - `isinstance(n, int)` is True for a symbolic int met in user or library code
   (as under torch.compile: the value *is* an int at run time, and any branch on
   its value adds a guard); `type(n) is int` stays False. dynashape's own code
   keeps the plain answer.
 - `random` and `numpy.random` scalar draws from user code become graph calls drawn at
   run time (pyrandom.py); other `random`, `time` and `numpy.random` calls are graph
-  breaks: their value would otherwise be baked into the graph as a constant.
+  breaks: their value would otherwise be baked into the graph as a constant. Not
+  in an export's trace: there they are plain calls (constants), as under torch.export.
 - `os.environ` reads are recorded; the compiled entry guards them.
+- `torch._check(cond, message)` and its kin (`_check_value`, `_check_index`...) on a
+  data-dependent condition become runtime asserts that raise eager's error type with
+  eager's message (the user's message when it can be computed while tracing).
 
 Every patch answers differently only in the thread that traces, and is undone
 when the outermost trace ends.
@@ -32,6 +38,7 @@ from .symint import SymBool, SymFloat, SymInt
 
 _lock = threading.Lock()
 _threads: dict = {}  # thread id -> depth of traces running in it
+_exporting: dict = {}  # thread id -> depth of export traces running in it
 _env_reads: list = []  # one dict per running trace: os.environ key -> value read (None: absent)
 _saved: list = []
 _orig_isinstance = builtins.isinstance
@@ -87,9 +94,66 @@ def _compiling(orig):
     return is_compiling
 
 
+def _exporting_fn(orig):
+    def is_exporting() -> bool:
+        return threading.get_ident() in _exporting or orig()
+    is_exporting.__wrapped__ = orig
+    is_exporting._dynashape = True
+    return is_exporting
+
+
+_CHECK_DEFAULT = ("Expected cond to be True, but got False. (Could this error message be improved? If so, "
+                  "please report an enhancement request to PyTorch.)")
+
+
+def _holds_trace_value(v) -> bool:
+    if isinstance(v, (SymInt, SymFloat, SymBool)) or getattr(v, "ds_node", None) is not None:
+        return True
+    if isinstance(v, (list, tuple)):
+        return any(_holds_trace_value(x) for x in v)
+    if isinstance(v, dict):
+        return any(_holds_trace_value(x) for x in v.values())
+    return False
+
+
+def _check_message(message):
+    """What eager's failing check says: its default text, or the user's message when computing it
+    now reads no trace value (one that formats a symbolic value is known only when the code runs)."""
+    if message is None:
+        return _CHECK_DEFAULT
+    if not callable(message):
+        return None
+    try:
+        cells = [c.cell_contents for c in (getattr(message, "__closure__", None) or ())]
+        code = getattr(message, "__code__", None)
+        glb = getattr(message, "__globals__", {})
+        if code is None or _holds_trace_value(cells) or \
+                _holds_trace_value([glb.get(n) for n in code.co_names]):
+            return None
+        return str(message())
+    except Exception:
+        return None
+
+
+def _checking(orig):
+    def _check_with(error_type, cond, message=None):
+        if threading.get_ident() in _threads and isinstance(cond, SymBool) and \
+                _orig_isinstance(error_type, type) and issubclass(error_type, Exception) and \
+                not issubclass(error_type, Warning):
+            node, tracer = cond.node, current_tracer()
+            if tracer is not None and node.hint is None and node.env.hint(node.expr) is None:  # data-dependent
+                tracer.runtime_assert(cond, _check_message(message), error=error_type, exact=True)
+                return
+        return orig(error_type, cond, message)
+    _check_with.__wrapped__ = orig
+    _check_with._dynashape = True
+    return _check_with
+
+
 def _breaking(owner_name, name, orig):
     def fn(*args, **kwargs):
-        if threading.get_ident() in _threads and _caller_is_user():
+        me = threading.get_ident()
+        if me in _threads and me not in _exporting and _caller_is_user():
             kind = pyrandom.scalar_kind(owner_name, name, args, kwargs)
             tracer = current_tracer()
             if kind is not None and tracer is not None:  # drawn when the compiled code runs
@@ -130,6 +194,8 @@ def _patches():
     import random
     import time
     out = [(torch.compiler, "is_compiling", _compiling(torch.compiler.is_compiling)),
+           (torch.compiler, "is_exporting", _exporting_fn(torch.compiler.is_exporting)),
+           (torch, "_check_with", _checking(torch._check_with)),
            (builtins, "isinstance", _isinstance),
            (os._Environ, "__getitem__", _env_getitem(os._Environ.__getitem__))]
     out += [(random, n, _breaking("random", n, getattr(random, n))) for n in _RANDOM if hasattr(random, n)]
@@ -142,9 +208,10 @@ def _patches():
 
 
 @contextlib.contextmanager
-def trace_environment():
+def trace_environment(export: bool = False):
     """Install the patches (once, for the outermost trace of any thread); yields the dict of
-    os.environ reads of this trace."""
+    os.environ reads of this trace. `export`: an export's trace (is_exporting() is True,
+    Python's random and time calls are plain calls)."""
     me = threading.get_ident()
     reads: dict = {}
     with _lock:
@@ -153,6 +220,8 @@ def trace_environment():
                 _saved.append((owner, name, owner.__dict__.get(name, getattr(owner, name))))
                 setattr(owner, name, fn)
         _threads[me] = _threads.get(me, 0) + 1
+        if export:
+            _exporting[me] = _exporting.get(me, 0) + 1
         _env_reads.append(reads)
     try:
         yield reads
@@ -162,6 +231,10 @@ def trace_environment():
             _threads[me] -= 1
             if not _threads[me]:
                 del _threads[me]
+            if export:
+                _exporting[me] -= 1
+                if not _exporting[me]:
+                    del _exporting[me]
             if not _threads:
                 for owner, name, fn in reversed(_saved):
                     setattr(owner, name, fn)

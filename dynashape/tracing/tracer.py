@@ -370,6 +370,9 @@ class Tracer:
                                  "What to do: make the size static (e.g. pad to a fixed length), or move "
                                  "this op out of the compiled function.") from None
             if isinstance(e, RuntimeError) and "meta" not in str(e):
+                # eager's error for these sizes; the program may catch it and go on (try/except), so
+                # the error holds only for them: each symbolic size it read is guarded (specialized)
+                self._specialize_sizes(args, kwargs)
                 raise
             raise GraphBreak(f"{_fname(func)} needs the tensor's data to know its output "
                              f"({str(e).splitlines()[0]})", user_location()) from None
@@ -462,8 +465,9 @@ class Tracer:
             margs, mkwargs, device = _meta_to(func, margs, mkwargs, device)
         return margs, mkwargs, device or torch.device("cpu")
 
-    def _fallback(self, func, args, kwargs, out):
-        """No symbolic rule: specialize every symbolic size it reads, use the meta result."""
+    @staticmethod
+    def _specialize_sizes(args, kwargs) -> bool:
+        """Guard every symbolic size and int the call reads to its value; whether there was one."""
         specialized = False
         for a in leaves((args, kwargs)):
             if isinstance(a, FakeTensor):
@@ -474,6 +478,11 @@ class Tracer:
             elif isinstance(a, SymBase):
                 int(a)
                 specialized = True
+        return specialized
+
+    def _fallback(self, func, args, kwargs, out):
+        """No symbolic rule: specialize every symbolic size it reads, use the meta result."""
+        specialized = self._specialize_sizes(args, kwargs)
         if specialized:
             loc = user_location()
             msg = f"{_fname(func)} has no symbolic rule: specialized its input sizes at {loc}"
@@ -638,8 +647,11 @@ class Tracer:
             self._bound.add(expr)
             self.graph.symbol(expr, node, how, index)
 
-    def runtime_assert(self, cond, message: str | None = None, location=None) -> None:
-        """A fact the trace relies on, checked when the compiled code runs (not a guard)."""
+    def runtime_assert(self, cond, message: str | None = None, location=None, error=RuntimeError,
+                       exact: bool = False) -> None:
+        """A fact the trace relies on, checked when the compiled code runs (not a guard). A failing
+        check raises `error`; `exact`: with `message` as it is (eager's text, torch._check's), else
+        with the user's line appended."""
         self._emit_pending_asserts()
         loc = location or user_location()
         expr = cond.node.expr if isinstance(cond, SymBase) else cond
@@ -647,7 +659,7 @@ class Tracer:
             return
         self.env.expect_true(expr, message, loc)
         self._emitted_asserts = len(self.env.runtime_asserts)
-        self._emit_assert(expr, message, loc)
+        self._emit_assert(expr, message, loc, error, exact and message is not None)
 
     def _emit_pending_asserts(self) -> None:
         """Facts the engine recorded on its own (torch._check in library code): checked at the end."""
@@ -656,13 +668,15 @@ class Tracer:
                 self._emit_assert(ra.expr, ra.message, ra.location)
         self._emitted_asserts = len(self.env.runtime_asserts)
 
-    def _emit_assert(self, expr, message, loc) -> None:
-        from .checks import runtime_check
+    def _emit_assert(self, expr, message, loc, error=RuntimeError, exact: bool = False) -> None:
+        from .checks import ERRORS, runtime_check
         text = message or f"check `{self.env.describe(expr)}` failed"
-        if loc is not None:
+        if loc is not None and not exact:
             text += f" (at {loc})"
-        self.graph.call(runtime_check, (self.graph.SymExpr(expr, bool), text), {}, None, loc, torch.is_grad_enabled(),
-                        name_hint="check")
+        args = (self.graph.SymExpr(expr, bool), text)
+        if error is not RuntimeError:  # by name: a graph's constants are plain values (saved programs too)
+            args += (error.__name__ if ERRORS.get(error.__name__) is error else "RuntimeError",)
+        self.graph.call(runtime_check, args, {}, None, loc, torch.is_grad_enabled(), name_hint="check")
 
     # ----------------------------------------------------------------- IR values
     # The IR layer sits above this one: its value types come through the graph object we were given.

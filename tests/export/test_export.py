@@ -481,3 +481,61 @@ def test_whatever_passes_the_input_checks_matches_eager(fn, args, spec):
         accepted += 1
         torch.testing.assert_close(got, fn(*trial))
     assert accepted > 0
+
+
+def test_export_traces_with_is_compiling_and_is_exporting_true_as_torch_export():
+    """Libraries choose their traceable paths on these (transformers' masks: GPT-2 with an attention
+    mask did not export without them); they are False again afterwards."""
+    seen = []
+
+    class M(torch.nn.Module):
+        def forward(self, x):
+            seen.append((torch.compiler.is_compiling(), torch.compiler.is_exporting()))
+            return x * 2
+
+    torch.export.export(M(), (torch.randn(3),))
+    ds.export(M(), (torch.randn(3),))
+    assert seen[-1] == seen[0] == (True, True)
+    assert (torch.compiler.is_compiling(), torch.compiler.is_exporting()) == (False, False)
+    cf = ds.compile(M())
+    cf(torch.randn(3))
+    assert seen[-1] == (True, False)  # torch.compile's answer
+
+
+def test_export_calls_forward_as_the_example_call_does():
+    """Positional stays positional, keywords stay keywords, defaults are left to the function: a
+    wrapper that fills an argument by keyword (transformers' merge_with_config_defaults) must not
+    get it twice. A tensor default is still an input of the program."""
+    import functools
+
+    def config_defaults(func):
+        @functools.wraps(func)
+        def wrapper(self, *args, **kwargs):
+            if kwargs.get("use_cache") is None:
+                kwargs["use_cache"] = False
+            return func(self, *args, **kwargs)
+        return wrapper
+
+    class M(torch.nn.Module):
+        @config_defaults
+        def forward(self, x, mask=None, use_cache=None, bias=torch.ones(3), **kwargs):
+            return (x * 2 if mask is None else x * mask) + bias
+
+    x, mask = torch.randn(2, 3), torch.rand(2, 3)
+    torch.export.export(M(), (x,), {"mask": mask})  # the peer exports it
+    ep = ds.export(M(), (x,), {"mask": mask}, dynamic_shapes={"x": {0: Dim("b")}, "mask": {0: Dim("b")}})
+    x, mask = torch.randn(5, 3), torch.rand(5, 3)
+    torch.testing.assert_close(ep.module()(x, mask=mask), M()(x, mask=mask))
+    bias = torch.full((3,), 7.0)
+    torch.testing.assert_close(ep.module()(x, mask=mask, bias=bias), M()(x, mask=mask, bias=bias))
+
+
+def test_torch_diff_keeps_dims_dynamic():
+    """transformers' packed-sequence mask calls torch.diff(prepend=) under export (Llama)."""
+    def f(p):
+        return torch.diff(p, prepend=p[:, :1] - 1, dim=-1), torch.diff(p, n=2, dim=0, append=p[:1])
+
+    ep = ds.export(f, (torch.randint(0, 9, (3, 4)),), dynamic_shapes=({0: Dim("b"), 1: Dim("t")},))
+    for shape in ((5, 9), (2, 2), (7, 3)):
+        x = torch.randint(0, 9, shape)
+        torch.testing.assert_close(ep.module()(x), f(x))

@@ -60,6 +60,11 @@ SAME = {
     "sizes of two dims": (lambda x: x.sum(1), [(X(n, m),) for n, m in ((2, 3), (3, 3), (3, 4), (5, 6))], None),
     "two inputs of one size": (lambda x, y: x + y, [(X(n), X(n)) for n in (2, 3, 4, 5)], None),
     "two inputs of two sizes": (lambda x, y: x.sum() + y.sum(), [(X(n), X(n + 1)) for n in (2, 3, 4, 5)], None),
+    # a rank change makes every size of the tensor dynamic, in any rank (torch's automatic dynamic)
+    "an input whose rank changes": (lambda x: x + 1, [(torch.randn(s),) for s in ((), (3,), (4,), (3, 3), (4, 4), (5, 6))],
+                                    None),
+    "torch.diff with prepend": (lambda x: torch.diff(x, prepend=x[:, :1] - 1, dim=-1),
+                                [(X(n, n + 1),) for n in (3, 5, 7)], True),
 }
 # sizes 0 and 1 share the dynamic graph here (size-oblivious, README: Controlling dynamism); eval dropout's p
 FEWER = {

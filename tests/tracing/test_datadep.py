@@ -276,3 +276,25 @@ def test_a_data_dependent_length_broadcast_against_a_size_that_becomes_one():
         return v0[v0 > 0][:1] * x
     cases = [(torch.randn(0, 0),), (torch.ones(2, 2),), (-torch.ones(2, 1),), (torch.ones(2, 1),), (torch.ones(3, 3),)]
     check_vs_eager(f, cases, dynamic=None)
+
+
+def test_torch_check_family_raises_eagers_type_and_message_at_run_time():
+    """A torch._check* on a data-dependent value is a runtime assert: it fails with the error type
+    and message eager raises (the user's message, or torch's default), not a RuntimeError of ours."""
+    def g(x, n):
+        k = n.item()
+        torch._check(k >= 0, lambda: "k must be non-negative")
+        torch._check_value(k < 100, lambda: "k < 100 please")
+        torch._check_index(k != 50)
+        torch._check(k != 60)
+        return x[:k] * 2
+
+    cf = ds.compile(g)
+    cf(torch.randn(5), torch.tensor(2))
+    for k in (-1, 200, 50, 60):
+        with pytest.raises(Exception) as eager:
+            g(torch.randn(5), torch.tensor(k))
+        with pytest.raises(Exception) as ours:
+            cf(torch.randn(5), torch.tensor(k))
+        assert (type(ours.value), str(ours.value)) == (type(eager.value), str(eager.value)), k
+    assert cf.stats.compiles == 1 and not cf.stats.graph_breaks

@@ -13,7 +13,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from .common import broadcast, is_tensor, norm_dim, norm_dims, shape
+from ...symbolic.symtypes import sym_max
+from .common import broadcast, check_equal, is_tensor, norm_dim, norm_dims, shape
 from .registry import lookup, register
 
 T = torch.Tensor
@@ -203,3 +204,28 @@ def _pairwise_distance(x1, x2, p=2.0, eps=1e-6, keepdim=False):
     else:
         del out[-1]
     return tuple(out)
+
+
+@register(*lookup(torch, "diff"), *lookup(T, "diff"))
+def diff(x, n=1, dim=-1, prepend=None, append=None):
+    """`x` with `prepend`/`append` joined at `dim` and `n` differences taken there: that dim is
+    max(total - n, 0); the others must match the input's (as eager checks)."""
+    sizes = list(shape(x))
+    if not sizes:
+        raise RuntimeError("diff expects input to be at least one-dimensional")
+    if int(n) < 0:
+        raise RuntimeError(f"order must be non-negative but got {int(n)}")
+    d = norm_dim(dim, len(sizes))
+    total = sizes[d]
+    for extra in (prepend, append):
+        if not is_tensor(extra):  # None (a scalar is eager's TypeError, from the meta kernel)
+            continue
+        es = shape(extra)
+        if len(es) != len(sizes):
+            raise RuntimeError("diff expects prepend or append to be the same dimension as input")
+        for i, (a, b) in enumerate(zip(sizes, es)):
+            if i != d:
+                check_equal(a, b)
+        total = total + es[d]
+    sizes[d] = total - int(n) if int(n) == 0 else sym_max(total - int(n), 0)
+    return tuple(sizes)

@@ -115,7 +115,14 @@ SAME_SHAPE = {
     "msort": lambda x: torch.msort(x),
 }
 
-ALL = {**REDUCTIONS, **VALUES_INDICES, **NORMS, **SAME_SHAPE}
+DIFFS = {  # the differencing dim shrinks by n (never below 0); prepend/append join it first
+    "diff": lambda x: torch.diff(x),
+    "Tensor.diff twice over a dim": lambda x: x.diff(2, 0),
+    "diff with prepend": lambda x: torch.diff(x, dim=-1, prepend=x[..., :1] - 1),
+    "diff with prepend and append": lambda x: torch.diff(x, 3, 1, x[:, :2], x),
+}
+
+ALL = {**REDUCTIONS, **VALUES_INDICES, **NORMS, **SAME_SHAPE, **DIFFS}
 
 
 @pytest.mark.parametrize("name", list(ALL))
@@ -198,5 +205,5 @@ def test_every_alias_has_a_rule():
                torch.kthvalue, torch.cumsum, T.cumsum_, torch.cumprod, T.cumprod_, torch.cummax, T.cummin,
                torch.logcumsumexp, torch.softmax, T.softmax, F.softmax, torch._softmax, torch.log_softmax,
                T.log_softmax, F.log_softmax, torch._log_softmax, torch.special.softmax,
-               torch.special.log_softmax, torch.topk, T.topk, torch.sort, T.sort, torch.argsort, T.argsort]
+               torch.special.log_softmax, torch.topk, T.topk, torch.sort, T.sort, torch.argsort, T.argsort, torch.diff, T.diff]
     assert [a for a in aliases if get_rule(a) is None] == []
