@@ -1,4 +1,5 @@
 """Known tracing pitfalls: what specializes, what is seen, what breaks — and that it is said."""
+import pytest
 import torch
 
 import dynashape as ds
@@ -268,3 +269,22 @@ def test_an_error_caught_by_the_program_holds_only_for_the_sizes_it_was_raised_a
         return y * 2
 
     check_vs_eager(f, [(torch.ones(n),) for n in (8, 6, 12, 5, 16)])
+
+
+@pytest.mark.parametrize("dynamic", [None, True])
+def test_an_index_past_a_dim_caught_by_the_program_takes_the_except_path(dynamic):
+    """`try: x[i] except IndexError:` with i (or the size) varying: an in-bounds trace guards the
+    bounds, so an i past the dim (or a dim too small for i) takes the except path, as eager does; a
+    graph that only ran the op raised the IndexError out of the call (explore2 repro_2)."""
+    def f(x, i):
+        try:
+            return x[i] * 2, x.select(1, -i), x[:, i]
+        except IndexError:
+            return x.sum() * 0 - 1, x[0], x[:, 0]
+
+    cases = [(torch.randn(s, c), i) for s, c, i in
+             [(4, 5, 1), (4, 5, 3), (6, 7, 5), (6, 6, 6), (6, 9, -7), (5, 9, -5), (3, 2, 2), (8, 9, 7)]]
+    cf = check_vs_eager(f, cases, dynamic=dynamic)
+    with pytest.raises(IndexError, match="out of bounds"):  # not caught: eager's error, eager's type
+        ds.compile(lambda x, i: x[i], dynamic=dynamic)(torch.randn(3), 5)
+    assert cf.stats.compiles >= 2

@@ -370,12 +370,13 @@ class Tracer:
                                  "What to do: make the size static (e.g. pad to a fixed length), or move "
                                  "this op out of the compiled function.") from None
             if isinstance(e, RuntimeError) and "meta" not in str(e):
-                # eager's error for these sizes; the program may catch it and go on (try/except), so
-                # the error holds only for them: each symbolic size it read is guarded (specialized)
-                self._specialize_sizes(args, kwargs)
+                self._guard_error(e, rule, args, kwargs)
                 raise
             raise GraphBreak(f"{_fname(func)} needs the tensor's data to know its output "
                              f"({str(e).splitlines()[0]})", user_location()) from None
+        except (IndexError, ValueError, TypeError) as e:  # eager's error for these sizes, as above
+            self._guard_error(e, rule, args, kwargs)
+            raise
         if rule is not None:
             shapes = rule(*args, **kwargs)
         else:
@@ -464,6 +465,20 @@ class Tracer:
         if func in (torch.Tensor.to, torch.Tensor.cpu, torch.Tensor.cuda):
             margs, mkwargs, device = _meta_to(func, margs, mkwargs, device)
         return margs, mkwargs, device or torch.device("cpu")
+
+    def _guard_error(self, e, rule, args, kwargs) -> None:
+        """The meta run raised eager's error for these sizes (`x[i]` past the dim, `view` that does not
+        fit). The program may catch it and go on (try/except), so the error must hold only where it was
+        raised: the op's rule, where it raises the same error, guards the condition (`i < s0`);
+        otherwise each symbolic size and int the call read is specialized."""
+        if rule is not None:
+            try:
+                rule(*args, **kwargs)
+            except type(e):
+                return
+            except Exception:  # noqa: BLE001 - the rule does not model this error: specialize below
+                pass
+        self._specialize_sizes(args, kwargs)
 
     @staticmethod
     def _specialize_sizes(args, kwargs) -> bool:

@@ -51,6 +51,19 @@ def is_one(s, oblivious: bool = False):
         return None
 
 
+def in_bounds(i, n) -> bool:
+    """Whether int index `i` selects within a dim of `n`, decided by their values (a guard where either
+    is symbolic; True where that depends on data: the op checks at run time). Eager raises IndexError
+    past it, and a program may catch that (`try: x[i] except IndexError:`): the trace must take the
+    path eager takes, under a guard, not compile the in-bounds path for every i."""
+    if isinstance(i, int) and isinstance(n, int):
+        return -n <= i < n
+    try:
+        return bool(-n <= i) and bool(i < n)
+    except DataDependentError:
+        return True
+
+
 def assert_at_runtime(cond, message: str) -> None:
     """A fact about data-dependent sizes the rule relies on, checked when the compiled code runs."""
     from ..state import current_tracer

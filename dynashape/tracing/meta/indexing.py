@@ -19,7 +19,7 @@ import torch
 
 from ...symbolic.errors import DataDependentError
 from ...symbolic.symtypes import SymBase, sym_max, sym_min
-from .common import assert_at_runtime, broadcast, check_equal, is_one, is_tensor, norm_dim, prod, shape
+from .common import assert_at_runtime, broadcast, check_equal, in_bounds, is_one, is_tensor, norm_dim, prod, shape
 from .registry import lookup, register
 
 T = torch.Tensor
@@ -144,6 +144,8 @@ def indexed_shape(self, idx):
         else:
             if not isinstance(item, SymBase):
                 operator.index(item)  # an int-like: select
+            if not in_bounds(item, sizes[d]):
+                raise IndexError(f"index {item} is out of bounds for dimension {d} with size {sizes[d]}")
             d += 1
     out.extend(sizes[d:])
     if not adv:

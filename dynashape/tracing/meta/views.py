@@ -17,8 +17,8 @@ import torch
 
 from ...symbolic.errors import DataDependentError
 from ...symbolic.symtypes import SymBase, statically_known_true, sym_max, sym_min
-from .common import (assert_at_runtime, broadcast, check_equal, is_one, is_tensor, norm_dim, norm_dims, prod,
-                     same, shape)
+from .common import (assert_at_runtime, broadcast, check_equal, in_bounds, is_one, is_tensor, norm_dim, norm_dims,
+                     prod, same, shape)
 from .registry import lookup, register
 
 T = torch.Tensor
@@ -316,6 +316,8 @@ def narrow(input, dim, start, length):
 def select(input, dim, index):
     sizes = shape(input)
     d = norm_dim(dim, len(sizes))
+    if not in_bounds(index, sizes[d]):
+        raise IndexError(f"select(): index {index} out of range for tensor of size {list(sizes)} at dimension {d}")
     return sizes[:d] + sizes[d + 1:]
 
 
