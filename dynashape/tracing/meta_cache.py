@@ -111,7 +111,14 @@ def call(func, args, kwargs):
             return func(*args, **kwargs)
     key = (func, torch.is_grad_enabled(), torch.is_inference_mode_enabled(), autocast_state(), _sig(args),
            _sig(tuple(sorted(kwargs.items()))))
-    if _UNCACHEABLE in key[4:]:
+    return _through_cache(key, 4, func, args, kwargs)
+
+
+def _through_cache(key, described: int, func, args, kwargs, fresh: bool = False):
+    """`func(*args, **kwargs)`, or its result rebuilt from the cache entry of `key`, whose items from
+    `described` on describe the arguments. `fresh`: the op's schema says its results are new tensors;
+    one that returned an input anyway is not kept."""
+    if _UNCACHEABLE in key[described:]:
         return func(*args, **kwargs)
     try:
         spec = _cache.get(key)
@@ -123,7 +130,7 @@ def call(func, args, kwargs):
         return _build(spec, inputs)
     out = func(*args, **kwargs)
     spec = _spec(out, inputs)
-    if spec is not _UNCACHEABLE:
+    if spec is not _UNCACHEABLE and not (fresh and _names_input(spec)):
         _cache[key] = spec
         if len(_cache) > _MAX:
             _cache.popitem(last=False)
@@ -152,23 +159,7 @@ class _BelowAutograd(TorchDispatchMode):
         if not _fresh_op(func) or "out" in kwargs:
             return func(*args, **kwargs)
         key = ("below autograd", func, _sig(args), _sig(tuple(sorted(kwargs.items()))))
-        if _UNCACHEABLE in key[2:]:
-            return func(*args, **kwargs)
-        try:
-            spec = _cache.get(key)
-        except TypeError:
-            return func(*args, **kwargs)
-        inputs = [a for a in leaves((args, kwargs)) if isinstance(a, torch.Tensor)]
-        if spec is not None:
-            _cache.move_to_end(key)
-            return _build(spec, inputs)
-        out = func(*args, **kwargs)
-        spec = _spec(out, inputs)
-        if spec is not _UNCACHEABLE and not _names_input(spec):  # a schema that says fresh but returned an input
-            _cache[key] = spec
-            if len(_cache) > _MAX:
-                _cache.popitem(last=False)
-        return out
+        return _through_cache(key, 2, func, args, kwargs, fresh=True)
 
 
 no_dynamo.defer(_BelowAutograd.__dict__["__torch_dispatch__"])  # torch wrapped it: no Dynamo import on a call
