@@ -28,6 +28,7 @@ from ..tracing.errors import GraphBreak, GraphBreakError
 from ..tracing.pyenv import trace_environment
 from ..tracing.speculate import RealValues
 from ..tracing.tracer import DimPolicy, Tracer
+from . import outtypes
 from .dims import Dim
 from .program import (STATE, Check, ConstSpec, DictSpec, ExportedProgram, SeqSpec, SignatureSpec, SymbolInfo,
                       SymIntSpec, TensorSpec)
@@ -152,7 +153,7 @@ class _Trace:
             fake = {name: tracer.wrap_input(v, LocalSource(name)) for name, v in self.L.items()}
             args, kwargs = self._call(fake)
             with trace_environment(export=True):  # is_compiling()/is_exporting() are True, as under torch.export
-                tracer.run(self.fn, args, kwargs)
+                tracer.run(self.fn, args, kwargs, finish=self._finish)
             tracer.real = None
         except GraphBreak as e:
             torch._C._set_grad_enabled(grad)
@@ -167,6 +168,10 @@ class _Trace:
         for s in self.sites:  # int inputs got their symbols in the trace
             if s.dim is None:
                 s.expr = next((sym for sym, info in self.env.var_info.items() if s.source in info.sources), None)
+
+    def _finish(self, out):
+        self.out_types = outtypes.skeleton(out)  # namedtuples, ModelOutput: rebuilt around each call's values
+        return self.tracer.to_ir(out)
 
     # ------------------------------------------------------------ the program
     def _call(self, fake: dict):
@@ -219,7 +224,7 @@ class _Trace:
         dyn = _resolved_spec({k: inputs[k] for k in bound}, symbols, all_checks)
         return ExportedProgram(graph=self.graph, signature=SignatureSpec(params), inputs=inputs, symbols=symbols,
                                checks=all_checks, state=state, dynamic_shapes=dyn, name=name,
-                               data_ranges=self._data_ranges())
+                               data_ranges=self._data_ranges(), out_types=getattr(self, "out_types", None))
 
     def _data_ranges(self) -> dict:
         """The bounds of the data-dependent values the graph reads (`nonzero`'s count in [0, numel]),

@@ -25,6 +25,7 @@ from ..tracing.speculate import SideExit
 from ..ir.graph import Graph
 from ..symbolic.printer import pyexpr
 from ..symbolic.userloc import Location
+from .outtypes import rebuild
 from .spec import ArgPaths
 
 STATE = "<state>"  # the argument name under which the program reads its state (not an identifier)
@@ -106,7 +107,7 @@ class ExportedProgram:
 
     def __init__(self, *, graph: Graph, signature: SignatureSpec, inputs: dict, symbols: dict,
                  checks: list, state: dict, dynamic_shapes=None, name: str = "forward",
-                 data_ranges: dict | None = None):
+                 data_ranges: dict | None = None, out_types=None):
         self.graph = graph
         self.signature_spec = signature
         self.signature = signature.signature()
@@ -117,6 +118,7 @@ class ExportedProgram:
         self.dynamic_shapes = dynamic_shapes
         self.name = name
         self.data_ranges = dict(data_ranges or {})  # unbacked symbol name -> (min, max): bounds of data
+        self.out_types = out_types  # outtypes.skeleton of what the module returned: None when all plain
         self._fn = compile_graph(graph)
         self._by_name = {str(s): s for s in symbols}
         self._check_fns = [_compile_condition(c.expr) for c in checks]
@@ -185,7 +187,8 @@ class ExportedProgram:
         self.validate(L, lambda: ArgPaths(self.signature, args, kwargs))
         L[STATE] = state
         try:
-            return self._fn(L)
+            out = self._fn(L)
+            return out if self.out_types is None else rebuild(out, self.out_types)
         except SideExit as x:  # exported with record_branches=True, and this input takes another path
             raise RuntimeError(f"this input takes a path the exported program did not record: {x.reason()}. "
                                f"Export with an example that takes this path, or express the branch with "

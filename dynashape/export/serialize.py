@@ -28,6 +28,7 @@ from ..ir.graph import Graph, TensorMeta
 from ..symbolic.sources import ItemSource, LocalSource, Source
 from ..symbolic.userloc import Location
 from .allowlist import LoadError, SaveError, make_symbols, parse_expr, resolve_target, symbol_kind, target_label
+from . import outtypes
 from .codec import Decoder, Encoder, as_int, as_list, as_obj, as_str, torch_attr, want
 from .dims import DerivedDim, Dim, DimHint
 from .program import (STATE, Check, ConstSpec, DictSpec, ExportedProgram, SeqSpec, SignatureSpec, SymbolInfo,
@@ -58,6 +59,7 @@ def save(ep: ExportedProgram, path) -> None:
                      for c in ep.checks]
     doc["dynamic_shapes"] = _enc_spec(ep.dynamic_shapes)
     doc["graph"] = _enc_graph(enc, ep.graph)
+    doc["out_types"] = outtypes.encode(ep.out_types)
     doc["parameters"] = {k: bool(t.requires_grad) for k, t in ep.state_dict.items()
                          if isinstance(t, torch.nn.Parameter)}
     doc["symbols"] = enc.symbols
@@ -219,7 +221,8 @@ def _load(path) -> ExportedProgram:
     name = as_str(doc.get("name", "forward"), "name")
     return ExportedProgram(graph=graph, signature=SignatureSpec(params), inputs=inputs, symbols=ranges,
                            checks=checks, state=state, dynamic_shapes=dyn, name=name,
-                           data_ranges=_dec_data_ranges(doc.get("data_ranges")))
+                           data_ranges=_dec_data_ranges(doc.get("data_ranges")),
+                           out_types=outtypes.decode(doc.get("out_types")))
 
 
 def _read_member(z: zipfile.ZipFile, name: str, cap: int) -> bytes:
