@@ -75,7 +75,7 @@ def check_vs_eager(fn, cases, *, dynamic=True, compiles=None, allow_fallback=Fal
     if compiles is not None:
         assert cf.stats.compiles == compiles, (cf.stats.compiles, cf.stats.recompile_reasons)
     for e in cf.entries:
-        if e.graph is not None:
+        if e.graph is not None and hasattr(e.graph, "lint"):  # a trace tree's paths are linted as they merge
             e.graph.lint()
     return cf
 

@@ -288,3 +288,24 @@ def test_an_index_past_a_dim_caught_by_the_program_takes_the_except_path(dynamic
     with pytest.raises(IndexError, match="out of bounds"):  # not caught: eager's error, eager's type
         ds.compile(lambda x, i: x[i], dynamic=dynamic)(torch.randn(3), 5)
     assert cf.stats.compiles >= 2
+
+
+def test_torch_cond_takes_eagers_branch_and_export_says_what_it_cannot_do():
+    """torch.cond runs torch.compile on the spot, which cannot trace our values: it failed with a
+    misleading Dynamo error (explore2 repro_9). In a trace it is the branch `if pred:` takes."""
+    def f(x, n):
+        y = torch.cond(x.sum() > 0, lambda t: t * 2, lambda t: t - 1, (x,))  # on data: checked per call
+        return torch.cond(x.size(0) > n, lambda t, k: t + k, lambda t, k: t - k, [y, n])  # on sizes: a guard
+
+    cf = check_vs_eager(f, [(torch.ones(3), 2), (-torch.ones(3), 2), (torch.ones(5), 7), (-torch.ones(4), 1)])
+    assert cf.stats.graph_breaks == []
+
+    class M(torch.nn.Module):
+        def forward(self, x):
+            return torch.cond(x.sum() > 0, lambda t: t * 2, lambda t: t - 1, (x,))
+    with pytest.raises(ds.GraphBreakError, match="(?s)torch.cond on a tensor.*record_branches=True"):
+        ds.export(M(), (torch.ones(3),))
+    ep = ds.export(M(), (torch.ones(3),), record_branches=True)
+    torch.testing.assert_close(ep.module()(torch.full((3,), 2.0)), M()(torch.full((3,), 2.0)))
+    with pytest.raises(RuntimeError, match="did not record"):
+        ep.module()(-torch.ones(3))

@@ -13,6 +13,8 @@
   breaks: their value would otherwise be baked into the graph as a constant. Not
   in an export's trace: there they are plain calls (constants), as under torch.export.
 - `os.environ` reads are recorded; the compiled entry guards them.
+- `torch.cond` takes the branch eager takes, decided as `if pred:` is (torch's own would run
+  torch.compile inside the trace); in an export, a tensor predicate is an error that says so.
 - `torch._check(cond, message)` and its kin (`_check_value`, `_check_index`...) on a
   data-dependent condition become runtime asserts that raise eager's error type with
   eager's message (the user's message when it can be computed while tracing).
@@ -168,6 +170,27 @@ def _breaking(owner_name, name, orig):
     return fn
 
 
+def _cond(orig):
+    """`torch.cond(pred, true_fn, false_fn, operands)` in a trace: the branch eager's call takes, decided
+    as `if pred:` is (a guard on a symbolic bool; on a tensor, a data branch the compiled entry checks at
+    run time). torch's own runs torch.compile on the spot, which cannot trace our values."""
+    def cond(pred, true_fn, false_fn, operands=()):
+        me = threading.get_ident()
+        if me not in _threads:
+            return orig(pred, true_fn, false_fn, operands)
+        tracer = current_tracer()
+        if me in _exporting and getattr(pred, "ds_node", None) is not None and getattr(tracer, "real", None) is None:
+            raise GraphBreak("torch.cond on a tensor: export traces one graph, and dynashape's graphs hold one "
+                             "branch (torch.export keeps both as a subgraph)", user_location(),
+                             "What to do: export with record_branches=True (the example's branch, checked on "
+                             "each call), or compute both sides and pick with torch.where.")
+        ops = tuple(operands) if isinstance(operands, (tuple, list)) else (operands,)
+        return (true_fn if pred else false_fn)(*ops)
+    cond.__wrapped__ = orig
+    cond._dynashape = True
+    return cond
+
+
 def _env_getitem(orig):
     def __getitem__(self, key):
         try:
@@ -197,6 +220,7 @@ def _patches():
            (torch.compiler, "is_exporting", _exporting_fn(torch.compiler.is_exporting)),
            (torch, "_check_with", _checking(torch._check_with)),
            (builtins, "isinstance", _isinstance),
+           (torch, "cond", _cond(torch.cond)),
            (os._Environ, "__getitem__", _env_getitem(os._Environ.__getitem__))]
     out += [(random, n, _breaking("random", n, getattr(random, n))) for n in _RANDOM if hasattr(random, n)]
     out += [(time, n, _breaking("time", n, getattr(time, n))) for n in _TIME if hasattr(time, n)]
