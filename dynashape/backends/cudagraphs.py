@@ -264,9 +264,11 @@ class Graphs:
         if self.why_none is not None:
             return self.fn(L)
         ts = self._eligible(L)
-        ext = self._ext_key(L) if ts is not None else None
-        if ext is None:
+        got = self._ext_key(L) if ts is not None else None
+        if got is None:
             return self.fn(L)
+        ext, vals = got
+        written = [vals[k] for k in self.written]  # read once: the capture restores them, a replay bumps them
         sizes = {s: ts[i].shape[0] for i, s in self.rows.items()}
         bucketed = {s: bucket(n, self.padded[s]) for s, n in sizes.items()}
         key = tuple((tuple(t.shape), t.dtype) for t in ts) + ext
@@ -279,14 +281,14 @@ class Graphs:
             if bkey not in self.seen:  # the first call of a bucket runs as compiled: kernels warm up
                 self.seen.add(bkey)
                 return self.fn(L)
-            cap = self._capture(L, ts, bkey, bucketed if bkey != key else {})
+            cap = self._capture(L, ts, written, bkey, bucketed if bkey != key else {})
             if cap is None:
                 self.exact_keys.add(bkey)
                 return self.fn(L)
         else:
             self.graphs.move_to_end(bkey)
             _LIVE.move_to_end((id(self), bkey))
-        return self._replay(cap, L, ts, sizes)
+        return self._replay(cap, ts, written, sizes)
 
     def _eligible(self, L):
         """The tensors the call passes, when a graph may serve it; else None."""
@@ -303,8 +305,9 @@ class Graphs:
         return ts
 
     def _ext_key(self, L):
-        """What a capture bakes in of the other values: each number, and each tensor's address, strides
-        and device; None when a call cannot replay (a tensor autograd would record, an unhashable value)."""
+        """(key, values): what a capture bakes in of the other values (each number, and each tensor's
+        address, strides and device) and the values read; None when a call cannot replay (a tensor autograd
+        would record, an unhashable value)."""
         try:
             vals = self.read_ext(L)
         except Exception:  # noqa: BLE001 - the compiled function reports it as eager would
@@ -323,7 +326,7 @@ class Graphs:
             hash(tuple(key))
         except TypeError:
             return None
-        return tuple(key)
+        return tuple(key), vals
 
     def _static(self, L, ts, bucketed):
         Ls = dict(L)
@@ -338,7 +341,7 @@ class Graphs:
             _put(Ls, src, buf)
         return Ls, statics
 
-    def _capture(self, L, ts, bkey, bucketed):
+    def _capture(self, L, ts, written, bkey, bucketed):
         try:
             Ls, statics = self._static(L, ts, bucketed)
         except TypeError as e:  # an argument inside an object we do not rebuild
@@ -349,8 +352,6 @@ class Graphs:
         # a warm-up run outside the capture (lazy initialization: cuBLAS handles, Triton's first launch)
         # really runs: what it writes in place where it lives (a cache's index_copy_, a buffer's add_)
         # is put back, so the replay that serves this call writes it once, as eager does
-        vals = self.read_ext(L)
-        written = [vals[k] for k in self.written]
         before = [t.clone() for t in written]
         if SIMULATE[0]:
             self.fn(Ls)
@@ -377,7 +378,7 @@ class Graphs:
         _evict()
         return cap
 
-    def _replay(self, cap, L, ts, sizes):
+    def _replay(self, cap, ts, written, sizes):
         for buf, t in zip(cap.statics, ts):
             buf[:t.shape[0]].copy_(t)
         if cap.graph is None:  # SIMULATE
@@ -385,9 +386,8 @@ class Graphs:
         else:
             cap.graph.replay()
             outs = cap.outs
-            if self.written:  # as eager's in-place ops do: autograd sees that these tensors changed
-                vals = self.read_ext(L)
-                torch.autograd.graph.increment_version([vals[k] for k in self.written])
+            if written:  # as eager's in-place ops do: autograd sees that these tensors changed
+                torch.autograd.graph.increment_version(written)
         res = []
         for v, rows in zip(outs, self.out_rows):
             if isinstance(v, torch.Tensor):

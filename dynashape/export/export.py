@@ -28,6 +28,7 @@ from ..tracing.errors import GraphBreak, GraphBreakError
 from ..tracing.pyenv import trace_environment
 from ..tracing.speculate import RealValues
 from ..tracing.tracer import DimPolicy, Tracer
+from ..tracing.tree import leaves
 from . import outtypes
 from .dims import Dim
 from .program import (STATE, Check, ConstSpec, DictSpec, ExportedProgram, SeqSpec, SignatureSpec, SymbolInfo,
@@ -187,7 +188,7 @@ class _Trace:
         for p in self.sig.parameters.values():
             v = fake[p.name]
             if p.name not in names:
-                if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and _holds_tensor(v):
+                if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and any(isinstance(x, torch.Tensor) for x in leaves(v)):
                     kwargs[p.name] = v  # a tensor default is an input of the program: the trace reads it as one
                 continue
             if p.kind is p.VAR_POSITIONAL:
@@ -406,16 +407,6 @@ def _resolved_spec(inputs: dict, symbols: dict, checks) -> dict:
         return None
 
     return {k: walk(v) for k, v in inputs.items()}
-
-
-def _holds_tensor(v) -> bool:
-    if isinstance(v, torch.Tensor):
-        return True
-    if isinstance(v, (tuple, list)):
-        return any(_holds_tensor(x) for x in v)
-    if isinstance(v, dict):
-        return any(_holds_tensor(x) for x in v.values())
-    return False
 
 
 def _suggest_relation(fn, sig, ba, paths, sites, site) -> str:

@@ -37,6 +37,7 @@ from . import pyrandom
 from .errors import GraphBreak
 from .state import current_tracer
 from .symint import SymBool, SymFloat, SymInt
+from .tree import leaves
 
 _lock = threading.Lock()
 _threads: dict = {}  # thread id -> depth of traces running in it
@@ -109,13 +110,8 @@ _CHECK_DEFAULT = ("Expected cond to be True, but got False. (Could this error me
 
 
 def _holds_trace_value(v) -> bool:
-    if isinstance(v, (SymInt, SymFloat, SymBool)) or getattr(v, "ds_node", None) is not None:
-        return True
-    if isinstance(v, (list, tuple)):
-        return any(_holds_trace_value(x) for x in v)
-    if isinstance(v, dict):
-        return any(_holds_trace_value(x) for x in v.values())
-    return False
+    return any(isinstance(x, (SymInt, SymFloat, SymBool)) or getattr(x, "ds_node", None) is not None
+               for x in leaves(v))
 
 
 def _check_message(message):
