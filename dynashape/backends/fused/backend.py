@@ -109,6 +109,8 @@ class FusedBackend:
                 tiered.swap(fn, regions)
             except Exception as e:  # noqa: BLE001 - the eager code stays correct; say why once
                 tiered.error = f"{type(e).__name__}: {e}"
+                if build.worker.closing:  # the interpreter is exiting: nobody runs it any more
+                    return
                 _failed(f"fail:{type(e).__name__}:{str(e)[:80]}",
                         f"dynashape: fused backend fell back to eager code for a graph: {tiered.error[:2000]}")
             finally:

@@ -7,6 +7,7 @@ to a temporary name and renamed into place: a concurrent reader sees a whole fil
 """
 from __future__ import annotations
 
+import atexit
 import ctypes
 import functools
 import hashlib
@@ -102,7 +103,7 @@ def _compile_to(source: str, fl: list, path: str, count: bool = True) -> None:
     tmp_so = tmp_src[:-4] + ".so.tmp"
     try:
         cmd = [cxx[0], tmp_src, "-o", tmp_so] + [x for x in fl if x != "-lmvec"] + (["-lmvec"] if "-lmvec" in fl else [])
-        out = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+        out = _run_compiler(cmd)
         if count:
             counters["compiles"] += 1
         if out.returncode != 0:
@@ -114,6 +115,25 @@ def _compile_to(source: str, fl: list, path: str, count: bool = True) -> None:
                 os.unlink(p)
             except OSError:
                 pass
+
+
+_compilers: set = set()  # compiler processes running now (killed at interpreter exit)
+
+
+def _run_compiler(cmd: list) -> subprocess.CompletedProcess:
+    if worker.closing:
+        raise RuntimeError("the interpreter is exiting")
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    _compilers.add(p)
+    try:
+        out, err = p.communicate(timeout=300)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        p.communicate()
+        raise
+    finally:
+        _compilers.discard(p)
+    return subprocess.CompletedProcess(cmd, p.returncode, out, err)
 
 
 def load(source: str, n_ptr: int, n_int: int, floats: tuple = ()):
@@ -168,15 +188,24 @@ def _library(source: str, key: str, fl: list) -> ctypes.CDLL:
 
 
 class Worker:
-    """One background thread compiling queued jobs in order (a job is a callable)."""
+    """One background thread compiling queued jobs in order (a job is a callable).
+
+    At interpreter exit (`close`) queued jobs are dropped, a running compiler is killed and the
+    running job is waited for: a daemon thread still inside a torch call when the interpreter
+    finalizes is ended by CPython on its way back into Python, through C++ frames that may not
+    unwind, and the process aborts ("terminate called without an active exception", exit 134)."""
 
     def __init__(self):
         self._jobs: list = []
         self._cv = threading.Condition()
         self._thread = None
+        self._busy = False
+        self.closing = False
 
     def submit(self, job) -> None:
         with self._cv:
+            if self.closing:  # at exit: the job's code keeps its eager version
+                return
             self._jobs.append(job)
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(target=self._run, name="dynashape-fused-compile", daemon=True)
@@ -186,16 +215,41 @@ class Worker:
     def _run(self) -> None:
         while True:
             with self._cv:
+                if self.closing:
+                    self._thread = None
+                    return
                 if not self._jobs:
                     if not self._cv.wait(timeout=5.0) and not self._jobs:
                         self._thread = None
                         return
                     continue
                 job = self._jobs.pop(0)
+                self._busy = True
             try:
                 job()
             except Exception:  # noqa: BLE001 - a job reports its own failure
-                log.exception("fused backend: background compile failed")
+                if not self.closing:
+                    log.exception("fused backend: background compile failed")
+            finally:
+                with self._cv:
+                    self._busy = False
+                    self._cv.notify_all()
+
+    def close(self, timeout: float = 60.0) -> None:
+        """Stop before the interpreter finalizes: drop queued jobs, kill the compiler, wait for the job."""
+        with self._cv:
+            self.closing = True
+            self._jobs.clear()
+            self._cv.notify_all()
+        for p in list(_compilers):
+            try:
+                p.kill()
+            except OSError:
+                pass
+        deadline = time.monotonic() + timeout
+        with self._cv:
+            while self._busy and time.monotonic() < deadline:
+                self._cv.wait(0.05)
 
     def wait_idle(self, timeout: float = 600.0) -> None:
         """Block until every queued job has run (tests, benchmarks)."""
@@ -205,3 +259,4 @@ class Worker:
 
 
 worker = Worker()
+atexit.register(worker.close)

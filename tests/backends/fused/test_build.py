@@ -64,6 +64,47 @@ def test_concurrent_processes_share_one_cache(tmp_path):
     assert sum(_compiles(p) for p in procs) >= 2  # each may compile; both load whole libraries
 
 
+EXIT_WHILE_COMPILING = textwrap.dedent("""
+    import threading, time, torch
+    from dynashape.backends.fused import build
+    started, a = threading.Event(), torch.randn(256, 256)
+    def job():  # a background job inside torch calls (as the matmul timing probe is) when the program ends
+        started.set()
+        t = time.perf_counter()
+        while time.perf_counter() - t < 0.5:
+            torch.mm(a, a)
+    build.worker.submit(job)
+    build.worker.submit(lambda: print("a queued job ran at exit"))
+    started.wait()
+""")
+
+
+def test_the_interpreter_exits_cleanly_while_a_background_job_runs(tmp_path):
+    # a daemon thread in a torch call at finalization aborted the process (exit 134, "terminate
+    # called without an active exception"): the worker drops queued jobs and waits for the running one
+    script = tmp_path / "exit.py"
+    script.write_text(EXIT_WHILE_COMPILING)
+    for _ in range(3):
+        out = subprocess.run([sys.executable, str(script)], env=dict(os.environ, PYTHONPATH=ROOT),
+                             capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, out.stderr[-2000:]
+        assert "queued job" not in out.stdout
+
+
+def test_a_compiler_running_at_exit_is_killed(monkeypatch):
+    killed = []
+
+    class Proc:
+        def kill(self):
+            killed.append(self)
+    w = build.Worker()
+    monkeypatch.setattr(build, "_compilers", {Proc()})
+    w.close(timeout=1)
+    assert killed and w.closing
+    w.submit(lambda: killed.append("ran"))  # after close nothing runs: the eager code stays
+    assert killed == [next(iter(build._compilers))]
+
+
 def _unique_fn():
     c = random.random()
 
