@@ -10,6 +10,7 @@ says in words which one failed.
 """
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 import operator
@@ -40,6 +41,23 @@ class GuardSet:
     ns: dict = field(default_factory=dict)
     extra: list = field(default_factory=list)  # (code over L/G/C, readable text)
     state_guard: object = None  # the Python-state checks (None when they hold), see runtime/pystate.py
+    shape_at: tuple | None = None  # (lines, index of the shape line, spell, index in guards): with_env
+
+    def with_env(self, env) -> "GuardSet | None":
+        """The same checks with the shape guards of `env` (symbolic/widen.py's wider ranges), or None."""
+        if self.shape_at is None:
+            return None
+        lines, at, spell, first = self.shape_at
+        shape_guards = produce_guards(env)
+        fast = produce_guards(env, spell)
+        lines = list(lines)
+        lines[at] = "if not (" + " and ".join(f"({g.code})" for g in fast) + "): return False" if fast else "pass"
+        readable = list(self.guards)
+        readable[first:first + len(self.shape_guards)] = [g.code for g in shape_guards]
+        ns = {k: v for k, v in self.ns.items() if k != "guard"}
+        exec_source(_source(lines), "guards", ns)
+        return dataclasses.replace(self, fn=ns["guard"], source=_source(lines), guards=readable,
+                                   shape_guards=shape_guards, ns=ns, shape_at=(lines, at, spell, first))
 
     def __call__(self, L) -> bool:
         return self.fn(L)
@@ -179,8 +197,8 @@ def build_guards(tracer, env, *, globals_=None, closure=None, modules=(), grad_e
             shape_guards.append(ShapeGuard(f"{src.name()} == {pyexpr(env.substitute(expr), lambda s: name_of[s].name())}",
                                            [src] + list(name_of.values())))
             fast.append(ShapeGuard(f"{spell(src)} == {pyexpr(env.substitute(expr), lambda s: spell(name_of[s]))}"))
-    if fast:
-        lines.append("if not (" + " and ".join(f"({g.code})" for g in fast) + "): return False")
+    shape_at = None if tracer.derived_sizes else (len(lines), len(readable))
+    lines.append("if not (" + " and ".join(f"({g.code})" for g in fast) + "): return False" if fast else "pass")
     readable += [g.code for g in shape_guards]
 
     extra = alias_extra
@@ -213,14 +231,19 @@ def build_guards(tracer, env, *, globals_=None, closure=None, modules=(), grad_e
     lines += _module_guards(modules, member_checks, state_guard, symbolic_attributes, const, ns, extra, readable)
     lines.append("return True")
 
-    # a guard that cannot be evaluated (a size it divides by is 0, a source that is gone) fails
-    src = ("def guard(L):\n    try:\n" + "".join(f"        {ln}\n" for ln in lines)
-           + "    except Exception:\n        return False\n")
+    src = _source(lines)
     exec_source(src, "guards", ns)
     if state_guard is not None:
         readable += state_guard.listed
     return GuardSet(ns["guard"], src, readable, list(tracer.tensor_inputs), list(tracer.value_inputs),
-                    shape_guards, ns, extra, state_guard)
+                    shape_guards, ns, extra, state_guard,
+                    None if shape_at is None else (lines, shape_at[0], spell, shape_at[1]))
+
+
+def _source(lines: list[str]) -> str:
+    # a guard that cannot be evaluated (a size it divides by is 0, a source that is gone) fails
+    return ("def guard(L):\n    try:\n" + "".join(f"        {ln}\n" for ln in lines)
+            + "    except Exception:\n        return False\n")
 
 
 def _module_guards(modules, member_checks, state_guard, symbolic_attributes, const, ns, extra, readable):

@@ -45,6 +45,7 @@ from .errors import RecompileError
 from .annotations import _ATTR as _MARKS
 from .module_scalars import symbolic_attributes
 from .pystate import PyState, Runner
+from .dispatch import widen_for
 from ..tracing.pyenv import trace_environment
 from .policy import make_policy
 from .code_info import _attr_chains, _global_names, _shared_cache
@@ -70,6 +71,7 @@ class Stats:
     recompile_reasons_dropped: int = 0  # the oldest reasons beyond _KEPT_REASONS, counted only
     side_exits: int = 0  # calls whose data took a branch their entry's compiled paths had not taken
     paths: int = 0  # paths traced through data-dependent branches (each a compile), over all entries
+    widened: int = 0  # entries traced for sizes >= 2 that took a size 1 without a compile (symbolic/widen.py)
 
     def add_reasons(self, reasons) -> None:
         r = self.recompile_reasons
@@ -89,6 +91,7 @@ class Entry:
     call_shape: tuple = ()  # (number of positional arguments, keyword names): how the user called it
     tree: object = None  # speculation.Tree when the graph branches on data
     run: object = None  # what a call runs: fn, or the function inside fn's runner (one call fewer)
+    unwidenable: set = field(default_factory=set)  # symbols whose trace depended on them being >= 2
 
     def __post_init__(self):
         self.set_fn(self.fn)
@@ -242,6 +245,15 @@ class CompiledFunction:
             if len(self.entries) >= config.recompile_limit:
                 return self._limit_hit(args, kwargs, reasons)
             return self._compile_and_run(L, args, kwargs)
+        if self.entries and config.reuse_graph_for_size_one and config.cudagraphs == "off" \
+                and (self.rank_local or not _COLLECTIVES_ON[0]):
+            for e in self.entries[:_EXPLAINED]:  # a size 1 the newest entries' traces never told apart from 2
+                if e.call_shape == self._call_shape(args, kwargs) and widen_for(e, L):
+                    self.stats.widened += 1
+                    if log.isEnabledFor(logging.INFO):
+                        log.info("%s (%s): a graph traced for sizes >= 2 takes size 1 too (nothing in its trace "
+                                 "depended on the difference)", self.__name__, self._where())
+                    return e.run(L)
         if self.entries:
             reasons = []
             shape = self._call_shape(args[1:] if self._module is not None else args, kwargs)

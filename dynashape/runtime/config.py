@@ -18,6 +18,9 @@ _DEFAULTS: dict[str, tuple[type, object]] = {
     "allow_unspec_int_on_nn_module": (bool, False),
     "use_duck_shape": (bool, True),
     "specialize_zero_one": (bool, True),
+    # a dynamic size traced as >= 2 (0/1 specialization) that arrives as 1 reuses the graph when nothing in
+    # its trace depended on the difference (symbolic/widen.py); False: recompile, as torch.compile does
+    "reuse_graph_for_size_one": (bool, True),
     "backed_size_oblivious": (bool, False),
     "capture_scalar_outputs": (bool, True),
     "capture_dynamic_output_shape_ops": (bool, True),

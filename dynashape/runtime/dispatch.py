@@ -10,6 +10,7 @@ wins only between entries that all accept.
 from __future__ import annotations
 
 from ..symbolic.sources import LocalSource
+from ..symbolic.widen import widened
 
 SCAN = 4  # up to this many entries a linear scan is cheapest
 
@@ -67,3 +68,39 @@ class EntryCache:
             if e is not tried and e.call_shape == call_shape and e.guard_set.fn(L):
                 return e
         return None
+
+
+def widen_for(entry, L) -> bool:
+    """Let `entry`, traced for dynamic sizes >= 2, take `L` in which some of them are 1, when its trace
+    decided nothing that size 1 would decide otherwise (symbolic/widen.py): its range guards then
+    start at 1. False (the entry unchanged) when it cannot, or when another guard rejects `L`."""
+    if entry.tree is not None or entry.graph is None:
+        return False
+    gs, env = entry.guard_set, entry.env
+    ns = {"L": L, "G": gs.ns.get("G"), "C": gs.ns.get("C")}
+    ones = []
+    for g in gs.shape_guards:
+        if g.bounds is None or g.bounds[0] != 2 or g.bounds[2] is not None or not g.sources:
+            continue  # not a range guard from 0/1 specialization
+        try:
+            if eval(g.sources[0].name(), ns) != 1:
+                continue
+        except Exception:  # noqa: BLE001 - a source this call does not have
+            continue
+        ones += [s for s, i in env.var_info.items() if i.sources and i.sources[0] == g.sources[0]]
+    if not ones:
+        return False
+    for sym in ones:
+        if sym in entry.unwidenable:
+            return False
+        new_env = widened(env, sym, 1)
+        if new_env is None:
+            if env is entry.env:  # the same answer at every later call: asked once
+                entry.unwidenable.add(sym)
+            return False
+        env = new_env
+    new = gs.with_env(env)
+    if new is None or not new.fn(L):
+        return False
+    entry.guard_set, entry.env = new, env
+    return True

@@ -78,7 +78,7 @@ class FrameState:
                 base = _base_name(name)
                 r += (f"; to compile this dynamically from the start, call ds.mark_dynamic({name}, {dim}) "
                       f"or set DYNASHAPE_DYNAMIC_SOURCES=\"{base}\"")
-            m01 = re.match(r"(.+\.size\(\)\[\d+\]) >= 2 failed \(.* = ([01])\)", r)
+            m01 = re.match(r"(.+\.size\(\)\[\d+\]) >= [12] failed \(.* = ([01])\)", r)
             if m01:
                 for src in self._size_sources(L):
                     if src.name() == m01.group(1) and src not in self.oblivious:

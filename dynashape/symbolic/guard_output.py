@@ -156,4 +156,5 @@ def _explain_range(g: ShapeGuard, ns) -> str:
     msg = f"{src.name()} >= {lo} failed ({src.pretty()} = {v})"
     if lo_loc:
         return msg + f"; added at {lo_loc}"
-    return msg + ("; sizes 0 and 1 are specialized" if lo == 2 else "")
+    return msg + ("; sizes 0 and 1 are specialized" if lo == 2 else
+                  "; size 0 is specialized (this graph, traced for sizes >= 2, took size 1)" if lo == 1 else "")

@@ -91,6 +91,10 @@ class ShapeEnv:
         self.unbacked_fallback: dict[sympy.Symbol, int] = {}  # sizes meta tensors, decides nothing
         self._static_cache: dict = {}
         self._simplify_cache: dict = {}
+        # every condition decided without a guard, (expr, size_oblivious) -> value, and a count of the
+        # facts that did not come from a guard: symbolic/widen.py decides them again on a wider range
+        self.decisions: dict = {}
+        self.outside_facts = 0
         self._loc: Location | None = None  # where the decision being recorded came from
 
     # ---------------------------------------------------------------- symbols
@@ -132,6 +136,8 @@ class ShapeEnv:
             sym = self._duck[key]
             if vr == self.var_to_range[sym] or vr.issubset(self.var_to_range[sym]):
                 self.var_info[sym].sources.append(source)
+                if vr != self.var_to_range[sym]:
+                    self.outside_facts += 1
                 self._update_range(sym, vr)
                 if constraint is not None:
                     self.constraints.setdefault(sym, constraint)
@@ -206,6 +212,7 @@ class ShapeEnv:
     def mark_size_like(self, sym: sympy.Symbol) -> None:
         """`check_is_size`: the symbol is a size (>= 0, and >= 2 for size-oblivious checks)."""
         self.var_info[sym].size_like = True
+        self.outside_facts += 1
         self._update_range(sym, ValueRanges(0, int_oo))
 
     def sources_of(self, sym: sympy.Symbol) -> list[Source]:
@@ -335,6 +342,8 @@ class ShapeEnv:
             return self._static_cache[key]
         out = self._decide(expr, size_oblivious)
         self._static_cache[key] = out
+        if out is not None:
+            self.decisions[key] = out
         return out
 
     def _decide(self, expr, size_oblivious, backed: bool = False):
@@ -455,7 +464,7 @@ class ShapeEnv:
             return bool(expr)
         if expr.free_symbols & self._unbacked_set():
             return None  # data-dependent sizes keep their runtime checks
-        return self._decide(expr, True, backed=True)
+        return self._decide(expr, True, backed=True)  # not in `decisions`: right at 0 and 1 too
 
     def _data_dependent(self, expr, location) -> DataDependentError:
         loc = location or user_location(3)
@@ -483,7 +492,7 @@ class ShapeEnv:
         if _th.on: _th.emit("guard_added", self, cond, location)  # noqa: E701
         if log.isEnabledFor(logging.INFO):
             log.info("eval %s [guard added]%s", sympy_str(cond), f" at {location}" if location else "")
-        self.add_fact(cond, location)
+        self.add_fact(cond, location, guard=True)
 
     def expect_true(self, cond, message: str | None = None, location: Location | None = None) -> bool:
         """A fact the program asserts (`dynashape.check`): no guard, a runtime assert instead."""
@@ -509,10 +518,13 @@ class ShapeEnv:
             return
         if not sym.is_Symbol:
             raise TypeError(f"constrain_range takes a symbol, got {sym}")
+        self.outside_facts += 1
         self._update_range(sym, vr)
 
-    def add_fact(self, cond, location=None) -> None:
+    def add_fact(self, cond, location=None, guard: bool = False) -> None:
         """Learn from a condition known true: ranges, replacements, facts on forms."""
+        if not guard:
+            self.outside_facts += 1
         self._loc = location
         try:
             self._learn(cond)
@@ -726,7 +738,8 @@ class ShapeEnv:
         self._simplify_cache.clear()
 
     def bound(self, expr) -> ValueRanges:
-        """The range of an expression given everything known."""
+        """The range of an expression given everything known (read as a fact: widen.py cannot check it)."""
+        self.outside_facts += 1
         expr = self.simplify(sympy.sympify(expr))
         e, sign = normalise_sign(expr.as_coeff_Add()[1]) if expr.is_Add else (expr, 1)
         if expr.is_Add:

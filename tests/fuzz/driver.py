@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from .gen import generate
 from .gen_train import generate_train
 from .reduce import reduce, script
-from .run import Failure, check_program, random_calls
+from .run import WIDENED, Failure, check_program, random_calls
 from .train import check_train_program, pick_phase
 
 MIXED = ("eager", "eager", "fused")  # the default: every third program judges the fused kernels
@@ -33,6 +33,7 @@ class Report:
     distinct: dict = field(default_factory=dict)  # key -> [reduced Failure, how many times seen]
     mode: str = "infer"  # or "train"
     backends: dict = field(default_factory=dict)  # backend -> programs compiled with it
+    widened: int = 0  # calls at size 1 taken by a graph traced for sizes >= 2
     phases: dict = field(default_factory=dict)  # training: phase -> programs
 
     def summary(self) -> str:
@@ -40,7 +41,8 @@ class Report:
         lines = [f"fuzz{' (training)' if self.mode == 'train' else ''}: seed {self.seed}, {self.programs} programs "
                  f"({rate:.1f}/s, 3 modes each), {self.calls} compiled calls, {self.failures} failures, "
                  f"{len(self.distinct)} distinct, {self.seconds:.0f} s ({self.cpu_seconds:.0f} s CPU)",
-                 "  programs by backend: " + ", ".join(f"{b} {n}" for b, n in self.backends.items())]
+                 "  programs by backend: " + ", ".join(f"{b} {n}" for b, n in self.backends.items())
+                 + f"; size-1 calls on a graph traced for sizes >= 2: {self.widened}"]
         if self.phases:
             lines.append("  programs by phase: " + ", ".join(f"{p} {n}" for p, n in self.phases.items()))
         for key, (f, count) in self.distinct.items():
@@ -80,6 +82,7 @@ def fuzz(seed: int, seconds: float, *, out_dir: str | None = None, reduce_s: flo
     rep = Report(seed, mode=mode)
     calls_per_program = calls_per_program or CALLS[mode]
     stats = {"calls": 0}
+    widened0 = WIDENED[0]
     start, cpu0 = time.monotonic(), time.process_time()
     found: list[Failure] = []
     keys: dict = {}
@@ -132,6 +135,7 @@ def fuzz(seed: int, seconds: float, *, out_dir: str | None = None, reduce_s: flo
     except KeyboardInterrupt:
         log("interrupted")
     rep.calls = stats["calls"]
+    rep.widened = WIDENED[0] - widened0
     rep.seconds = time.monotonic() - start
     rep.cpu_seconds = time.process_time() - cpu0
     rep.fuzz_seconds = rep.fuzz_seconds or rep.seconds  # interrupted while running programs

@@ -113,9 +113,19 @@ def eager_results(fn, prog: Program, calls: list) -> list:
     return out
 
 
+WIDENED = [0]  # calls at size 1 that a graph traced for sizes >= 2 took (symbolic/widen.py), all programs
+
+
 def check_mode(fn, prog: Program, calls: list, eager: list, mode) -> Failure | None:
     """The first failure of the compiled function under `dynamic=mode` over `calls`, or None."""
     cf = ds.compile(fn, dynamic=mode)
+    try:
+        return _check_calls(cf, fn, prog, calls, eager, mode)
+    finally:
+        WIDENED[0] += cf.stats.widened
+
+
+def _check_calls(cf, fn, prog: Program, calls: list, eager: list, mode) -> Failure | None:
     for i, (c, (want, werr, wargs)) in enumerate(zip(calls, eager)):
         args = make_inputs(prog.inputs, c)
         got, gerr = _run(cf, args)

@@ -178,7 +178,7 @@ def canonical_strides(shape) -> tuple:
 def _max1(s):
     if isinstance(s, int):
         return max(s, 1)
-    if s.node.env.bound(s.node.expr).lo >= 1:
+    if s.node.env.static_value(s.node.expr >= 1):
         return s
     return sym_max(s, 1)  # a size that may be 0 (size-oblivious, data-dependent): a stride stays exact
 
