@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import sympy
 
-from ...ir.graph import Graph, Node
+from ...ir.graph import Graph, Node, _nodes_in
 from ...ir.tree import is_data_guard
 from . import ops
 from .lower import Region
@@ -113,6 +113,7 @@ def schedule(g: Graph, used_elsewhere: frozenset = frozenset()) -> list[Region]:
     """The regions of `g`. `used_elsewhere`: names of values that other paths of a trace tree
     read, so a region must return them even when this path does not."""
     pos = {n: i for i, n in enumerate(g.nodes)}
+    unread = _unread(g, used_elsewhere)
     epoch, ep = 0, {}
     region_of: dict = {}  # node -> region id
     members: dict = {}  # region id -> [nodes]
@@ -121,7 +122,7 @@ def schedule(g: Graph, used_elsewhere: frozenset = frozenset()) -> list[Region]:
         if _is_barrier(n):
             epoch += 1
         ep[n] = epoch
-        if n.kind != "call" or ops.family(n) is None:
+        if n.kind != "call" or ops.family(n) is None or n in unread:
             continue
         if ops.family(n) == "xent":  # a region of its own; its scalar result feeds nothing fused
             members[next_id] = [n]
@@ -154,6 +155,20 @@ def schedule(g: Graph, used_elsewhere: frozenset = frozenset()) -> list[Region]:
         if r is not None:
             out.append(r)
     return out
+
+
+def _unread(g: Graph, used_elsewhere: frozenset) -> set:
+    """Calls whose results nothing reads (`v3 = v2 * v2` never used). They stay torch calls, as in
+    eager: under autograd their backward never runs, so what eager saves for it (v2, version-checked)
+    is checked by nobody; as a region member it became the region's to keep, and an in-place change
+    of v2 later failed the region's backward where eager's succeeds (train fuzz seed 25112909)."""
+    outputs = set(_nodes_in(g.output_node.args)) if g.output_node is not None else set()
+    unread: set = set()
+    for n in reversed(g.nodes):
+        if n.kind == "call" and n not in outputs and n.name not in used_elsewhere and not _is_barrier(n) \
+                and all(u in unread for u in n.users):
+            unread.add(n)
+    return unread
 
 
 def _ok(nodes: list, last: Node, pos: dict, ep: dict) -> bool:
