@@ -2,6 +2,7 @@
 cache every CompiledFunction of one code object shares."""
 from __future__ import annotations
 
+import functools
 import types
 import weakref
 
@@ -35,6 +36,7 @@ def _shared_cache(code_fn, closure, bound, dynamic, fullgraph, backend) -> _Shar
     return shared
 
 
+@functools.lru_cache(maxsize=4096)  # a code object's instructions never change: read once per process
 def _global_names(code) -> tuple:
     """Names the function (and functions nested in it) loads as globals; not attribute names."""
     if code is None:
@@ -52,6 +54,7 @@ def _global_names(code) -> tuple:
     return tuple(names)
 
 
+@functools.lru_cache(maxsize=4096)
 def _attr_chains(code) -> tuple:
     """`settings.SCALE`, `pkg.mod.Cfg.scale`: (global name, attribute names) as the code reads them."""
     if code is None:

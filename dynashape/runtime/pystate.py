@@ -401,13 +401,13 @@ class PyState:
         ns = dict(self.ns, **self.env, torch=torch)
         body = self.module_lines + self.lines
         src = "def state_guard(L):\n" + "".join(f"    {ln}\n" for ln in body) + "    return None\n"
-        from ..ir.codegen import exec_source
-        exec_source(src, "state-guards", ns)
-        fn = ns["state_guard"]
 
         def safe(L):  # a guard that cannot be evaluated fails, never raises
+            if "state_guard" not in ns:  # compiled when a miss is explained: the entry's guard inlines the lines
+                from ..ir.codegen import exec_source
+                exec_source(src, "state-guards", ns)
             try:
-                return fn(L)
+                return ns["state_guard"](L)
             except Exception:
                 return -1
         safe.source = src
