@@ -91,7 +91,8 @@ class Entry:
     call_shape: tuple = ()  # (number of positional arguments, keyword names): how the user called it
     tree: object = None  # speculation.Tree when the graph branches on data
     run: object = None  # what a call runs: fn, or the function inside fn's runner (one call fewer)
-    unwidenable: set = field(default_factory=set)  # symbols whose trace depended on them being >= 2
+    unwidenable: dict = field(default_factory=dict)  # symbol -> why its trace cannot take size 1
+    refused: str | None = None  # why this entry did not take the last call's size 1 (dispatch.widen_for)
 
     def __post_init__(self):
         self.set_fn(self.fn)
@@ -262,7 +263,10 @@ class CompiledFunction:
                     reasons.append(f"called with {_describe_call(shape)}; the entry was traced for a call with "
                                    f"{_describe_call(_strip_self(e.call_shape, self._module))}")
                     continue
-                reasons += e.guard_set.explain(L) or ["guards failed"]
+                why = e.guard_set.explain(L) or ["guards failed"]
+                if e.refused and len(why) == 1:
+                    why = [f"{why[0]}; the graph cannot take 1: {e.refused}"]
+                reasons += why
             if len(self.entries) > _EXPLAINED:
                 reasons.append(f"... and {len(self.entries) - _EXPLAINED} older entries")
             reasons = list(dict.fromkeys(self.frame_state.advise(reasons, L, self)))  # entries failing alike

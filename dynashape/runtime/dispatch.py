@@ -73,7 +73,9 @@ class EntryCache:
 def widen_for(entry, L) -> bool:
     """Let `entry`, traced for dynamic sizes >= 2, take `L` in which some of them are 1, when its trace
     decided nothing that size 1 would decide otherwise (symbolic/widen.py): its range guards then
-    start at 1. False (the entry unchanged) when it cannot, or when another guard rejects `L`."""
+    start at 1. False (the entry unchanged) when it cannot, or when another guard rejects `L`;
+    `entry.refused` then says why not, when that was the trace."""
+    entry.refused = None
     if entry.tree is not None or entry.graph is None:
         return False
     gs, env = entry.guard_set, entry.env
@@ -88,17 +90,19 @@ def widen_for(entry, L) -> bool:
         except Exception:  # noqa: BLE001 - a source this call does not have
             continue
         ones += [s for s, i in env.var_info.items() if i.sources and i.sources[0] == g.sources[0]]
+    for sym in ones:
+        why = entry.unwidenable.get(sym)
+        if why is None:
+            new_env, why = widened(env, sym, 1)
+            if new_env is not None:
+                env = new_env
+                continue
+            if env is entry.env:  # the same answer at every later call: asked once
+                entry.unwidenable[sym] = why
+        entry.refused = why
+        return False
     if not ones:
         return False
-    for sym in ones:
-        if sym in entry.unwidenable:
-            return False
-        new_env = widened(env, sym, 1)
-        if new_env is None:
-            if env is entry.env:  # the same answer at every later call: asked once
-                entry.unwidenable.add(sym)
-            return False
-        env = new_env
     new = gs.with_env(env)
     if new is None or not new.fn(L):
         return False

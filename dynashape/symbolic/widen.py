@@ -22,13 +22,19 @@ from .ranges import ValueRanges
 
 
 def widened(env, sym, lo: int):
-    """A ShapeEnv like `env` in which `sym`'s range starts at `lo` (not at 2), with the same guards
-    and in which every condition `env` decided statically is decided the same way; else None."""
+    """(a ShapeEnv like `env` in which `sym`'s range starts at `lo`, not at 2, with the same guards
+    and in which every condition `env` decided statically is decided the same way, None), or
+    (None, why not, in words)."""
     info = env.var_info.get(sym)
-    if (info is None or info.initial_range is None or info.initial_range.lo != 2 or lo >= 2
-            or sym in env.replacements or env.outside_facts or env._unbacked or env.runtime_asserts
-            or env.violations or any(c.vr is not None and c.vr.lo >= 2 for c in env.constraints.values())):
-        return None  # (a range the user declared from 2 up is theirs: 1 is outside it, as in torch)
+    why = ("its size is specialized" if info is None or sym in env.replacements or lo >= 2 else
+           "it was not traced from 2 up" if info.initial_range is None or info.initial_range.lo != 2 else
+           "its trace has data-dependent sizes" if env._unbacked else
+           "its trace read a fact its guards do not check (a range, ds.check, check_is_size)"
+           if env.outside_facts or env.runtime_asserts or env.violations else
+           "its range was declared from 2 up" if any(c.vr is not None and c.vr.lo >= 2
+                                                    for c in env.constraints.values()) else None)
+    if why:
+        return None, why
     new = type(env)(specialize_zero_one=env.specialize_zero_one, duck_shape=env.duck_shape,
                     backed_size_oblivious=env.backed_size_oblivious)
     new.var_to_val = dict(env.var_to_val)
@@ -42,9 +48,9 @@ def widened(env, sym, lo: int):
             new.add_guard(g.expr, g.location)
         for (expr, size_oblivious), value in env.decisions.items():
             if new.static_value(expr, size_oblivious) != value:
-                return None
-        if new.violations:
-            return None
-    except Exception:  # noqa: BLE001 - a guard contradicting the wider range: keep the recompile
-        return None
-    return new
+                return None, f"its trace took {env.describe(expr)} to be {value}, which holds only from 2 up"
+    except Exception as e:  # noqa: BLE001 - a guard contradicting the wider range: keep the recompile
+        return None, f"its guards do not admit it ({type(e).__name__})"
+    if new.violations:
+        return None, "a dim you marked dynamic would be specialized"
+    return new, None

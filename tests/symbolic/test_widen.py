@@ -109,19 +109,19 @@ def _env_with(fn):
 
 def test_widened_decides_every_static_decision_again():
     env, s0 = _env_with(lambda env, s: env.static_value(sympy.Ne(s.node.expr, 1)))
-    assert env.decisions and widened(env, s0, 1) is None  # s0 != 1 was known only from s0 >= 2
+    assert env.decisions and widened(env, s0, 1)[0] is None  # s0 != 1 was known only from s0 >= 2
     env, s0 = _env_with(lambda env, s: env.static_value(s.node.expr >= 1))
-    assert widened(env, s0, 1) is not None
+    assert widened(env, s0, 1)[0] is not None
     env, s0 = _env_with(lambda env, s: bool(s > 3))  # a guard: s0 > 3 rules 1 out (the guards say so)
-    new = widened(env, s0, 1)
+    new, _ = widened(env, s0, 1)
     assert new is not None and new.var_to_range[s0].lo == 4
 
 
 def test_facts_that_are_not_guards_keep_the_recompile():
     env, s0 = _env_with(lambda env, s: env.bound(s.node.expr))
-    assert widened(env, s0, 1) is None
+    assert widened(env, s0, 1)[0] is None
     env, s0 = _env_with(lambda env, s: env.expect_true(s.node.expr < 100))
-    assert widened(env, s0, 1) is None
+    assert widened(env, s0, 1)[0] is None
 
 
 def test_marked_dims_widen_unless_the_user_declared_them_from_two_up():
@@ -133,3 +133,13 @@ def test_marked_dims_widen_unless_the_user_declared_them_from_two_up():
         cf(x)
         torch.testing.assert_close(cf(torch.ones(1, 3)), f(torch.ones(1, 3)))
         assert cf.stats.widened == int(reused), (kw, cf.stats)
+
+
+def test_the_recompile_reason_says_what_the_trace_decided():
+    cf = ds.compile(_branch, dynamic=True, backend="eager")
+    cf(torch.randn(5, 4))
+    x = torch.randn(1, 4)
+    torch.testing.assert_close(cf(x), _branch(x))
+    (reason,) = cf.stats.recompile_reasons
+    assert "the graph cannot take 1: its trace took x.size(0) != 1 to be True" in reason, reason
+    assert "compiled without 0/1 specialization" in reason  # and the size is size-oblivious from now on
