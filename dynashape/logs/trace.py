@@ -214,7 +214,8 @@ class Writer:
             try:
                 self._drain()
             except Exception as e:  # never take the program down; say it once and stop tracing
-                tracehook._disable(e)
+                if not (isinstance(e, ValueError) and self.f is not None and self.f.closed):
+                    tracehook._disable(e)  # (else the file was closed at exit under a late record)
                 return
 
     def intern(self, s: str) -> int:
@@ -618,8 +619,8 @@ def _at_exit() -> None:
     try:
         from ..fleet import pgo
         pgo.flush()  # its own exit hook would run after ours: write the profile now, while traced
+        tracehook.install(None)  # first: a background kernel build still running records nothing more
         _WRITER.close()
-        tracehook.install(None)
         if _WRITER.f is not None and _WRITER.pid == os.getpid():
             _WRITER.f.close()
     except Exception:

@@ -42,6 +42,8 @@ _warned: set = set()
 def _failed(tag: str, msg: str) -> None:
     """A gap in lowering or building (the code stays correct: eager code or torch calls run): counted,
     the first messages of each kind kept in build.failure_messages (the fuzzer prints them), warned once."""
+    if build.worker.closing:  # the interpreter is exiting: a killed compiler is no failure to report
+        return
     build.counters["failures"] += 1
     if tag not in _warned and len(build.failure_messages) < 50:
         build.failure_messages.append(msg)

@@ -199,3 +199,22 @@ def test_without_a_compiler_but_with_triton_cpu_tensors_run_torch_calls_and_devi
     with ds.config.patch(triton="cpu"):  # what a device tensor would get, shown with the interpreter's path
         assert rt._make_device_fn() is not None
     assert triton_run.counters["launches"] == launches
+
+
+EXIT_WHILE_BUILDING = textwrap.dedent("""
+    import torch, dynashape as ds
+    cf = ds.compile(lambda x: (x.sin() * 2 + 1).relu(), dynamic=True, backend="fused")
+    cf(torch.randn(8, 16))  # its kernel is being compiled in the background as the program ends
+""")
+
+
+def test_a_kernel_build_cut_short_at_exit_reports_nothing(tmp_path):
+    # the killed compiler was reported as a failed build, and the build's trace records, written after
+    # the trace file closed, turned the compile trace off with a warning
+    script = tmp_path / "exit_build.py"
+    script.write_text(EXIT_WHILE_BUILDING)
+    env = dict(os.environ, PYTHONPATH=ROOT, DYNASHAPE_FUSED_CACHE_DIR=str(tmp_path / "kernels"),
+               DYNASHAPE_CACHE_DIR=str(tmp_path), DYNASHAPE_TRACE=str(tmp_path / "trace"))
+    out = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "Warning" not in out.stderr, out.stderr[-2000:]
