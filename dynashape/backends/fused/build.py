@@ -247,8 +247,8 @@ class Worker:
             except OSError:
                 pass
         deadline = time.monotonic() + timeout
-        with self._cv:
-            while self._busy and time.monotonic() < deadline:
+        with self._cv:  # (in a forked child the parent's thread is not alive: its job never ends here)
+            while self._busy and self._thread is not None and self._thread.is_alive() and time.monotonic() < deadline:
                 self._cv.wait(0.05)
 
     def wait_idle(self, timeout: float = 600.0) -> None:

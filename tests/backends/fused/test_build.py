@@ -218,3 +218,26 @@ def test_a_kernel_build_cut_short_at_exit_reports_nothing(tmp_path):
     out = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     assert "Warning" not in out.stderr, out.stderr[-2000:]
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_a_child_forked_during_a_background_job_exits_at_once(tmp_path):
+    # the child inherits "a job is running" but not the thread running it: waiting for it would hang
+    script = tmp_path / "fork_exit.py"
+    script.write_text(textwrap.dedent("""
+        import os, sys, threading, time
+        from dynashape.backends.fused import build
+        started = threading.Event()
+        build.worker.submit(lambda: (started.set(), time.sleep(2)))
+        started.wait()
+        t = time.monotonic()
+        pid = os.fork()
+        if pid == 0:
+            build.worker.close(timeout=30)
+            os._exit(0 if time.monotonic() - t < 1 else 3)
+        _, status = os.waitpid(pid, 0)
+        sys.exit(os.waitstatus_to_exitcode(status))
+    """))
+    out = subprocess.run([sys.executable, str(script)], env=dict(os.environ, PYTHONPATH=ROOT),
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, (out.returncode, out.stderr[-2000:])
