@@ -264,7 +264,7 @@ class CompiledFunction:
                                    f"{_describe_call(_strip_self(e.call_shape, self._module))}")
                     continue
                 why = e.guard_set.explain(L) or ["guards failed"]
-                if e.refused and len(why) == 1:
+                if e.refused and len(why) == 1 and " >= 2 failed " in why[0]:  # the size-1 miss itself
                     why = [f"{why[0]}; the graph cannot take 1: {e.refused}"]
                 reasons += why
             if len(self.entries) > _EXPLAINED:
