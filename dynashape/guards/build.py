@@ -54,9 +54,9 @@ class GuardSet:
         lines[at] = "if not (" + " and ".join(f"({g.code})" for g in fast) + "): return False" if fast else "pass"
         readable = list(self.guards)
         readable[first:first + len(self.shape_guards)] = [g.code for g in shape_guards]
-        ns = {k: v for k, v in self.ns.items() if k != "guard"}
-        exec_source(_source(lines), "guards", ns)
-        return dataclasses.replace(self, fn=ns["guard"], source=_source(lines), guards=readable,
+        ns, src = {k: v for k, v in self.ns.items() if k != "guard"}, _source(lines)
+        exec_source(src, "guards", ns)
+        return dataclasses.replace(self, fn=ns["guard"], source=src, guards=readable,
                                    shape_guards=shape_guards, ns=ns, shape_at=(lines, at, spell, first))
 
     def __call__(self, L) -> bool:
