@@ -453,7 +453,8 @@ def _internal(t) -> bool:
 
 
 def _fresh(t, shape, dtype):
-    out = torch.empty(shape, dtype=dtype)
+    """`t` reshaped, as a tensor of its own on `t`'s device (a column sum's result)."""
+    out = torch.empty(shape, dtype=dtype, device=t.device)
     out.copy_(t.reshape(shape))
     return out
 
