@@ -2,8 +2,9 @@
 
 A kernel's module is written next to the C++ libraries (`build.cache_dir()/triton/t<hash>.py`,
 named by a hash of its source and Triton's version) and imported from there, so tracebacks show
-its lines. Block sizes are chosen per bucket (rows and row length rounded up to powers of two):
-on a GPU by timing a few candidates once, on scratch outputs; the choice is kept in
+its lines. Block sizes are chosen per bucket (rows and row length rounded up to powers of two): a
+heuristic first, then on a GPU, once the bucket has been used TUNE_AFTER times, by timing a few
+candidates, on scratch outputs; the choice is kept in
 `triton-tune.json` beside the kernels, so a second process tunes nothing (`counters['tunes']`
 counts tuning runs in this process). Under Triton's interpreter nothing is timed: the first
 candidate, the heuristic one, is used.
@@ -80,6 +81,9 @@ def _pow2(n: int, cap: int) -> int:
     return p
 
 
+PROGRAMS = 256  # programs (rows / XBLOCK) the heuristic leaves at least, where there are rows enough
+
+
 def candidates(flat: bool, n_outer: int, n_inner: int) -> list[tuple[int, int, int]]:
     """(XBLOCK, RBLOCK, num_warps) to try, the heuristic choice first."""
     if flat:
@@ -88,6 +92,8 @@ def candidates(flat: bool, n_outer: int, n_inner: int) -> list[tuple[int, int, i
     for rcap in (1024, 2048, 4096, 256):
         r = _pow2(n_inner, rcap)
         x = max(1, min(_pow2(n_outer, 64), 4096 // r))
+        while x > 1 and n_outer // x < PROGRAMS:  # few long rows: a row a program keeps every SM busy
+            x //= 2
         for cfg in ((x, r, 4 if x * r <= 2048 else 8), (max(1, x // 4), r, 4)):
             if cfg not in out:
                 out.append(cfg)
@@ -123,14 +129,25 @@ def _save_choice(key: str, cfg) -> None:
     os.replace(tmp, path)  # readers see the old file or the new one
 
 
-def choose(kernel_key: str, spec: TritonSpec, n_outer: int, n_inner: int, device: str, bench=None):
-    """The block sizes for this bucket: from memory, from disk, or timed now with `bench(cfg)` (ms)."""
-    bucket = f"{kernel_key}|{_pow2(n_outer, 1 << 20)}x{_pow2(n_inner, 1 << 16)}|{device}"
+def _bucket(kernel_key: str, n_outer: int, n_inner: int, device: str) -> str:
+    return f"{kernel_key}|{_pow2(n_outer, 1 << 20)}x{_pow2(n_inner, 1 << 16)}|{device}"
+
+
+def known(kernel_key: str, n_outer: int, n_inner: int, device: str):
+    """The block sizes timed for this bucket before, in this process or another (on disk), or None."""
     with _lock:
-        got = _load_choices().get(bucket)
+        got = _load_choices().get(_bucket(kernel_key, n_outer, n_inner, device))
     if got is not None:
         counters["tune_hits"] += 1
         return tuple(got)
+    return None
+
+
+def choose(kernel_key: str, spec: TritonSpec, n_outer: int, n_inner: int, device: str, bench=None):
+    """The block sizes for this bucket: from memory, from disk, or timed now with `bench(cfg)` (ms)."""
+    got = known(kernel_key, n_outer, n_inner, device)
+    if got is not None:
+        return got
     cands = candidates(spec.flat, n_outer, n_inner)
     if bench is None:
         return cands[0]
@@ -142,6 +159,7 @@ def choose(kernel_key: str, spec: TritonSpec, n_outer: int, n_inner: int, device
         except Exception:  # noqa: BLE001 - a configuration that does not compile (too many registers) is skipped
             continue
     best = min(times)[1] if times else cands[0]
+    bucket = _bucket(kernel_key, n_outer, n_inner, device)
     with _lock:
         _load_choices()[bucket] = list(best)
         _save_choice(bucket, best)
@@ -149,6 +167,20 @@ def choose(kernel_key: str, spec: TritonSpec, n_outer: int, n_inner: int, device
 
 
 # ---------------------------------------------------------------------------------- launching
+# Launches of a size bucket on the heuristic block sizes before the others are timed. Each candidate
+# is a Triton compile (a second or so): on an H100, 60 calls of random sizes spent 1.6 s tuning
+# buckets seen once or twice, 11x Inductor's whole run; a bucket used this often pays it back.
+TUNE_AFTER = 8  # (never while a CUDA graph is being captured: timing synchronizes, which a capture forbids)
+
+
+def _capturing(dev) -> bool:
+    return dev.type == "cuda" and torch.cuda.is_current_stream_capturing()
+
+
+def can_time(dev) -> bool:
+    return dev.type == "cuda" and not interpreted()
+
+
 class TritonKernel:
     """The launcher a region's device wrapper calls: kernel(ins..., outs..., symbols..., strides...)."""
 
@@ -159,6 +191,7 @@ class TritonKernel:
         names = [s.name for s in spec.symbols]
         self._sizes = eval(f"lambda {', '.join(names) or '*_'}: ({pyexpr(spec.n_outer)}, {pyexpr(spec.n_inner)})")  # noqa: S307
         self._tuned: dict = {}
+        self._untimed: dict = {}  # bucket -> launches so far on the heuristic block sizes
 
     def __call__(self, *args):
         spec = self.spec
@@ -169,8 +202,17 @@ class TritonKernel:
         bucket = (_pow2(n_outer, 1 << 20), _pow2(n_inner, 1 << 16), str(dev))
         cfg = self._tuned.get(bucket)
         if cfg is None:
-            bench = None if (interpreted() or dev.type != "cuda") else functools.partial(self._time, args, n_outer, n_inner)
-            cfg = self._tuned[bucket] = choose(self.key, spec, n_outer, n_inner, _device_name(dev), bench)
+            cfg = self._tuned[bucket] = known(self.key, n_outer, n_inner, _device_name(dev))
+            if cfg is None:  # the heuristic choice until the bucket has been used TUNE_AFTER times
+                cfg = self._tuned[bucket] = candidates(spec.flat, n_outer, n_inner)[0]
+                if can_time(dev):
+                    self._untimed[bucket] = 0
+        elif bucket in self._untimed:
+            self._untimed[bucket] += 1
+            if self._untimed[bucket] >= TUNE_AFTER and not _capturing(dev):
+                del self._untimed[bucket]
+                bench = functools.partial(self._time, args, n_outer, n_inner)
+                cfg = self._tuned[bucket] = choose(self.key, spec, n_outer, n_inner, _device_name(dev), bench)
         counters["launches"] += 1
         self._launch(args, cfg, n_outer, n_inner)
 

@@ -181,6 +181,26 @@ def test_block_sizes_are_tuned_once_per_bucket_and_a_second_process_reads_them_f
         assert (tmp_path / "triton-tune.json").exists()
 
 
+def test_a_bucket_is_timed_only_once_it_has_been_used_often(tmp_path, monkeypatch):
+    """Timing compiles every candidate: a size seen once runs the heuristic block sizes untimed."""
+    timed = []
+    monkeypatch.setattr(triton_run, "_choices", None)
+    monkeypatch.setattr(triton_run, "can_time", lambda dev: True)
+    monkeypatch.setattr(triton_run.TritonKernel, "_time", lambda self, args, o, i, cfg: timed.append(cfg) or 1.0)
+    cf = ds.compile(lambda x: (x * 2).relu() + 1, dynamic=True, backend="fused")
+    with ds.config.patch(fused_cache_dir=str(tmp_path)):
+        for n in (3, 200, 5000):  # three buckets, each seen once
+            cf(torch.randn(n, 8))
+        assert not timed
+        x = torch.randn(3, 8)
+        for _ in range(triton_run.TUNE_AFTER):
+            torch.testing.assert_close(cf(x), (x * 2).relu() + 1)
+        assert timed and (tmp_path / "triton-tune.json").exists()
+        n = len(timed)
+        cf(x)
+        assert len(timed) == n
+
+
 def test_triton_off_and_auto_keep_cpu_tensors_on_the_cpp_kernels():
     from dynashape.backends.fused import counters
     for mode in ("off", "auto"):
@@ -194,3 +214,11 @@ def test_triton_off_and_auto_keep_cpu_tensors_on_the_cpp_kernels():
 def test_config_triton_rejects_unknown_modes_by_name():
     with pytest.raises(ValueError, match="config.triton takes one of 'auto', 'off', 'cpu'"):
         ds.config.triton = "gpu"
+
+
+def test_a_column_sum_is_made_on_its_inputs_device():
+    """On an H100, the gradient of a broadcast weight (a column sum, finished by `_fresh` after the
+    kernel) came back on the CPU, and autograd refused it; the interpreter's CPU tensors hid it."""
+    from dynashape.backends.fused.backend import _fresh
+    sums = torch.empty(1, 4, dtype=torch.float64, device="meta").sum(0)
+    assert _fresh(sums, (4,), torch.float32).device == sums.device
