@@ -39,6 +39,8 @@ SIMULATE = [False]  # tests: CPU tensors take the graph path, a "replay" reruns 
 
 _MATMULS = {"matmul", "mm", "linear", "addmm", "bmm", "baddbmm"}
 _ROW_SAFE = {"embedding", "scaled_dot_product_attention", "layer_norm", "rms_norm", "group_norm"} | _MATMULS
+_SPLITS = {"split": (2, 0), "chunk": (2, 0), "tensor_split": (2, 0), "split_with_sizes": (2, 0),
+           "unbind": (1, 0), "narrow": (1, None), "select": (1, None)}  # name -> (position, default) of dim
 _DIMMED = ops.REDUCE | {"softmax", "log_softmax", "cumsum", "cat", "stack"}
 _RANDOM = {"rand", "randn", "randint", "rand_like", "randn_like", "randint_like", "bernoulli", "multinomial",
            "normal", "poisson", "randperm", "uniform_", "normal_", "bernoulli_", "exponential_", "random_"}
@@ -81,7 +83,9 @@ def row_blocker(graph, s) -> str | None:
             continue
         name = _name(n)
         fam = ops.family(n)
-        if fam == "view":  # rows stay rows when both ends have them as dim 0 (checked above)
+        # rows stay rows when both ends have them as dim 0 and no other dim holds s (checked above):
+        # row-major, row i of the result is row i of the input (view(B, T, h, C // h) as well)
+        if fam == "view" or name in ops.VIEW or name in ops.STRIDED:
             out = n.meta
             if not (isinstance(out, TensorMeta) and out.shape and out.shape[0] == s):
                 return f"{where} moves the rows of {s}"
@@ -107,6 +111,15 @@ def row_blocker(graph, s) -> str | None:
                 return f"{where} contracts over the rows of {s}"
             continue
         if name in _ROW_SAFE:
+            continue
+        if name in _SPLITS:  # pieces along another dim: each keeps every row (dim 0 checked above)
+            at, default = _SPLITS[name]
+            rank = len(ops.tensor_args(n)[0].meta.shape)
+            dims = ops.norm_dims(ops.arg(n, at, "dim", default), rank)
+            if dims is None or 0 in dims:
+                return f"{where} splits the rows of {s}"
+            continue
+        if name == "getitem" and not ops.is_tensor(n.args[0]):  # a piece of a split's tuple (rows checked above)
             continue
         return f"{where}: not known to keep rows apart"
     return None
@@ -243,6 +256,7 @@ class Graphs:
                          and v.meta.shape[0] in self.padded else None for v in (out.args[0] if out else ())]
         self.graphs: collections.OrderedDict = collections.OrderedDict()
         self.seen: set = set()
+        self.replays = 0
         self.exact_keys: set = set()  # buckets whose padded inputs the guards rejected: exact sizes there
 
     def __getattr__(self, name):  # a fused backend's regions, readiness...: the compiled function's
@@ -253,7 +267,7 @@ class Graphs:
     def cuda_graphs_report(self) -> list[str]:
         if self.why_none:
             return [f"CUDA graphs: none ({self.why_none})"]
-        lines = [f"CUDA graphs ({self.mode}): {len(self.graphs)} captured"]
+        lines = [f"CUDA graphs ({self.mode}): {len(self.graphs)} captured, {self.replays} replays"]
         for s, why in self.why_exact.items():
             lines.append(f"  {s} stays exact: {why}")
         for s, up in self.padded.items():
@@ -379,6 +393,7 @@ class Graphs:
         return cap
 
     def _replay(self, cap, ts, written, sizes):
+        self.replays += 1
         for buf, t in zip(cap.statics, ts):
             buf[:t.shape[0]].copy_(t)
         if cap.graph is None:  # SIMULATE
@@ -405,11 +420,51 @@ def _evict() -> None:
         owner.graphs.pop(key, None)
 
 
+class ByMode:
+    """An entry's function under the `ds.config.cudagraphs` of each call: entries are shared by every
+    ds.compile of a function, so one compiled while graphs were off must capture once they are on, and
+    turning them off must stop the replays. The Graphs of a mode are made at its first call."""
+
+    def __init__(self, fn, graph, guard_set, env):
+        self.fn, self.made = fn, (graph, guard_set, env)
+        self.source = getattr(fn, "source", "")
+        self.modes: dict = {}  # mode -> Graphs
+
+    def __call__(self, L):
+        mode = config.cudagraphs
+        if mode == "off":
+            return self.fn(L)
+        g = self.modes.get(mode)
+        if g is None:
+            g = self.modes[mode] = Graphs(self.fn, *self.made, mode)
+        return g(L)
+
+    def __getattr__(self, name):  # the fused backend's regions, readiness...: the compiled function's
+        if name in ("fn", "made", "modes", "__setstate__"):
+            raise AttributeError(name)
+        return getattr(self.fn, name)
+
+    def __deepcopy__(self, memo):  # like a function: copying a compiled module shares its code
+        return self
+
+    def __reduce__(self):  # graphs are this process's: a pickled entry keeps the function
+        return (_same, (self.fn,))
+
+    def cuda_graphs_report(self) -> list[str]:
+        if not self.modes:
+            return [f"CUDA graphs: none yet (ds.config.cudagraphs is {config.cudagraphs!r} now)"]
+        return [line for g in self.modes.values() for line in g.cuda_graphs_report()]
+
+
+def _same(fn):
+    return fn
+
+
 def wrap(fn, graph, guard_set, env):
-    """fn, or fn run through CUDA graphs (ds.config.cudagraphs)."""
-    if config.cudagraphs == "off" or (not SIMULATE[0] and not torch.cuda.is_available()):
+    """fn, or where CUDA graphs may run, fn under the graphs of each call's ds.config.cudagraphs."""
+    if not SIMULATE[0] and not torch.cuda.is_available():
         return fn
-    return Graphs(fn, graph, guard_set, env, config.cudagraphs)
+    return ByMode(fn, graph, guard_set, env)
 
 
 ENTRY_WRAPPERS.append(wrap)

@@ -20,11 +20,16 @@ def _simulated():
         cudagraphs.SIMULATE[0] = False
 
 
+def _graphs(e) -> list:
+    """The Graphs of an entry, one per ds.config.cudagraphs mode it was called under."""
+    g = getattr(e.fn, "graph_fn", e.fn)
+    return list(g.modes.values()) if isinstance(g, cudagraphs.ByMode) else []
+
+
 def graphs_of(cf) -> cudagraphs.Graphs:
     for e in cf.entries:
-        g = getattr(e.fn, "graph_fn", None)
-        if isinstance(g, cudagraphs.Graphs):
-            return g
+        if _graphs(e):
+            return _graphs(e)[0]
     raise AssertionError("no entry runs through CUDA graphs")
 
 
@@ -70,6 +75,11 @@ def test_a_sum_over_the_rows_keeps_the_size_exact_and_says_why():
     (lambda x: x.mean(), "reduces or joins"),
     (lambda x: torch.cat([x, x], 0), "reduces or joins"),
     (lambda x: x.reshape(-1), "other than its rows"),
+    (lambda x: x.split(2)[0] * 2, "splits the rows"),
+    (lambda x: x.chunk(2)[1] + 1, "splits the rows"),
+    (lambda x: x.narrow(0, 1, 2) + 1, "splits the rows"),
+    (lambda x: x.unbind(0)[1] + 1, "splits the rows"),
+    (lambda x: x.select(0, 1) + 1, "splits the rows"),
 ])
 def test_programs_that_mix_rows_are_never_padded(body, why):
     cf = ds.compile(body, dynamic=True)
@@ -77,6 +87,32 @@ def test_programs_that_mix_rows_are_never_padded(body, why):
         x = torch.randn(n, 4)
         torch.testing.assert_close(cf(x), body(x))
     assert why in " ".join(graphs_of(cf).why_exact.values())
+
+
+class Attention(nn.Module):
+    def __init__(self, d=16, h=2):
+        super().__init__()
+        self.h, self.qkv = h, nn.Linear(d, 3 * d)
+
+    def forward(self, x):
+        B, T, C = x.shape
+        q, k, v = self.qkv(x).split(C, dim=-1)
+        q, k, v = (t.view(B, T, self.h, C // self.h).transpose(1, 2) for t in (q, k, v))
+        a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return a.transpose(1, 2).reshape(B, T, C), q.narrow(2, 0, 1).select(-1, 0)
+
+
+def test_splits_and_views_along_other_dims_keep_rows_apart_and_pad():
+    """An attention block's qkv split on the last dim and its view(B, T, h, C // h) kept the batch
+    exact on an H100 ("split ... not known to keep rows apart")."""
+    m = Attention().eval()
+    cf = ds.compile(m, dynamic=True)
+    for n in (3, 3, 4, 4, 5, 7, 6):
+        x = torch.randn(n, 5, 16)
+        torch.testing.assert_close(cf(x), m(x))
+    g = graphs_of(cf)
+    assert list(g.padded) and g.replays >= 4, g.cuda_graphs_report()
+    assert sorted(k[0][0][0] for k in g.graphs) == [4, 8], g.cuda_graphs_report()
 
 
 def test_int_and_float_arguments_are_part_of_a_graphs_key():
@@ -243,7 +279,7 @@ def test_numbers_and_tensors_read_from_attributes_are_part_of_a_graphs_key():
 
 
 def _all_graphs(cf):
-    return [e.fn.graph_fn for e in cf.entries if isinstance(getattr(e.fn, "graph_fn", None), cudagraphs.Graphs)]
+    return [g for e in cf.entries for g in _graphs(e)]
 
 
 class Cache:
@@ -333,3 +369,24 @@ def test_dropout_in_eval_mode_returns_its_input_itself_as_eager_does():
     for n in (3, 3, 3):
         x = torch.randn(n)
         assert cf(x) is x
+
+
+def test_the_mode_of_each_call_decides_even_for_entries_compiled_under_another():
+    """ds.compile(f) twice shares entries: on an H100, bench/gpu.py's "ours + buckets" ran the entries
+    "ours" had compiled with graphs off, and no graph was ever captured; turning graphs off after a
+    compile under "buckets" went on replaying."""
+    def f(x):
+        return (x * 2).relu() + 1
+    with ds.config.patch(cudagraphs="off"):
+        plain = ds.compile(f, dynamic=True)
+        x = torch.randn(6, 4)
+        plain(x)
+    graphs = ds.compile(f, dynamic=True)
+    for _ in range(3):
+        torch.testing.assert_close(graphs(x), f(x))
+    g = graphs_of(graphs)
+    assert len(g.graphs) == 1 and g.replays == 2, g.cuda_graphs_report()  # captured at the second call
+    with ds.config.patch(cudagraphs="off"):
+        torch.testing.assert_close(plain(x), f(x))
+    assert g.replays == 2
+    assert "1 captured, 2 replays" in ds.explain(graphs, print_report=False)
