@@ -7,7 +7,9 @@ Steady state: the issue-12 workloads of bench/fused.py on the GPU (float32), plu
 of a tiny and a 1B-class Llama (bfloat16, random weights from a config) with a KV cache growing
 one token a step, and with transformers' StaticCache (fixed shapes: one CUDA graph for all steps); after warm-up, calls interleaved one by one in a rotating order, each timed
 with a synchronize, the median per call. Varying shapes: 60 calls with batch and sequence drawn
-at random, total wall time from a cold start, every compile (and Triton autotuning) included.
+at random, total wall time from a cold start, every compile (and Triton autotuning) included: each
+contestant runs them in a process of its own with empty caches (Triton's, Inductor's, dynashape's
+kernels and tuned block sizes), timed from its first call after CUDA is initialized.
 
 Contestants: eager; torch.compile(dynamic=True) (Inductor); the same with mode="reduce-overhead"
 (CUDA graphs); ours backend="fused" (Triton); ours with ds.config.cudagraphs="buckets".
@@ -47,6 +49,7 @@ def contestants(fn, inductor: bool) -> dict:
     out["ours"] = ds.compile(fn, dynamic=True, backend="fused")
     graphs = ds.compile(fn, dynamic=True, backend="fused")
     out["ours + buckets"] = lambda *a: _with_graphs(graphs, a)
+    out["ours + buckets"].compiled = graphs
     return out
 
 
@@ -55,45 +58,30 @@ def _with_graphs(cf, args):
         return cf(*args)
 
 
-def timed(fn, args) -> float:
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    fn(*args)
-    torch.cuda.synchronize()
-    return time.perf_counter() - t0
+def cold() -> None:
+    """Fresh compiles for the next steady-state contestant: ours (entries, kernels, tuned block sizes,
+    modules in memory), Dynamo's, Inductor's FX graph cache off (Triton's own cache stays: Inductor
+    cannot switch it within a process)."""
+    import tempfile
+    from dynashape.backends.fused import triton_run
+    ds.config.fused_cache_dir = tempfile.mkdtemp(prefix="ds-kernels-")
+    triton_run._modules.clear()
+    triton_run._choices = None
+    import torch._dynamo
+    import torch._inductor.config
+    torch._inductor.config.fx_graph_cache = False
+    torch._dynamo.reset()
+    ds.reset()  # ds.compile(f) twice shares entries, as torch.compile does
 
 
-def steady(fns: dict, args, budget: float) -> dict:
-    for name, fn in fns.items():
-        for _ in range(3):  # compiles, autotuning, graph capture (a bucket is captured at its second call)
-            try:
-                fn(*args)
-            except Exception as e:  # noqa: BLE001 - a contestant that fails is reported, the others go on
-                print(f"    {name}: failed ({type(e).__name__}: {str(e)[:200]})")
-                fns = {k: v for k, v in fns.items() if k != name}
-                break
-    times = {k: [] for k in fns}
-    order = list(fns)
-    end = time.perf_counter() + budget
-    while time.perf_counter() < end:
-        for k in order:
-            times[k].append(timed(fns[k], args))
-        order = order[1:] + order[:1]
-    return {k: statistics.median(v) for k, v in times.items() if v}
-
-
-def report(title: str, med: dict) -> None:
-    base = med.get("eager")
-    ind = med.get("inductor")
-    print(f"  {title}")
-    for k, v in med.items():
-        extra = f"  {v / base:.2f}x eager" if base else ""
-        if ind and k.startswith("ours"):
-            extra += f", {v / ind:.2f}x inductor"
-            ro = med.get("inductor reduce-overhead")
-            if ro:
-                extra += f", {v / ro:.2f}x reduce-overhead"
-        print(f"    {k:26s} {v * 1e6:9.1f} us{extra}")
+def graphs_report(fn) -> str:
+    """What the CUDA graphs of a compiled function did (ours + buckets)."""
+    cf = getattr(fn, "compiled", None)
+    lines = []
+    for e in getattr(cf, "entries", ()):
+        rep = getattr(getattr(e.fn, "graph_fn", e.fn), "cuda_graphs_report", None)
+        lines += rep()[:4] if rep else []
+    return "\n      ".join(lines) or "no entry with CUDA graphs"
 
 
 # ---------------------------------------------------------------------------- Llama decode
@@ -151,37 +139,67 @@ def decode_bench(size: str, dev, inductor: bool, static: bool) -> None:
                 ref = toks
             elif toks != ref:
                 print(f"    {name}: tokens differ from eager's (first at step {next(i for i, (a, b) in enumerate(zip(toks, ref)) if a != b)})")
+            if name == "ours + buckets":
+                print(f"    {name}: {graphs_report(fn)}")
     kind = "StaticCache" if static else "KV cache growing"
     report(f"Llama decode ({size}, bf16, batch 1, prompt 32, 64 steps, {kind})", med)
 
 
 # ---------------------------------------------------------------------------- varying shapes
-def sequence(dev, inductor: bool) -> None:
+CASES = ("pointwise chain", "transformer block")
+
+
+def _sync(dev) -> None:
+    if dev.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def sequence_one(dev, name: str, case: str) -> float:
+    """Seconds for the 60 calls of `case` by contestant `name`, from this (fresh) process's first call
+    of it; CUDA, cuBLAS and the random generator were initialized before."""
     from bench.fused import Block, chain
     rng = random.Random(SEED)
     shapes = [(rng.randint(1, 64), rng.choice([16, 32, 48, 64, 96, 128])) for _ in range(60)]
-    block = Block().to(dev).eval()
-    cases = {"pointwise chain": (chain, lambda b, t: (torch.randn(b * t, 4096, device=dev), torch.randn(4096, device=dev),
-                                                       torch.randn(4096, device=dev))),
-             "transformer block": (block, lambda b, t: (torch.randn(b, t, 128, device=dev),))}
-    for title, (fn, make) in cases.items():
+    if case == "pointwise chain":
+        fn = chain
+        def make(b, t): return (torch.randn(b * t, 4096, device=dev), torch.randn(4096, device=dev), torch.randn(4096, device=dev))
+    else:
+        fn = Block().to(dev).eval()
+        def make(b, t): return (torch.randn(b, t, 128, device=dev),)
+    (torch.randn(64, 64, device=dev) @ torch.randn(64, 64, device=dev)).sum().item()
+    run = contestants(fn, name.startswith("inductor"))[name]
+    _sync(dev)
+    t0 = time.perf_counter()
+    with torch.no_grad():
+        for b, t in shapes:
+            run(*make(b, t))
+    _sync(dev)
+    return time.perf_counter() - t0
+
+
+def sequence(inductor: bool) -> None:
+    """Each contestant in a process of its own with empty caches (Triton's, Inductor's, ours): a cold start."""
+    import subprocess
+    import tempfile
+    names = ["eager"] + (["inductor", "inductor reduce-overhead"] if inductor else []) + ["ours", "ours + buckets"]
+    for case in CASES:
         totals = {}
-        names = ["eager"] + (["inductor", "inductor reduce-overhead"] if inductor else []) + ["ours", "ours + buckets"]
         for name in names:
-            if name.startswith("inductor"):
-                torch._dynamo.reset()
-            run = contestants(fn, inductor)[name]
-            torch.cuda.synchronize()
-            t0 = time.perf_counter()
-            with torch.no_grad():
-                for b, t in shapes:
-                    run(*make(b, t))
-            torch.cuda.synchronize()
-            totals[name] = time.perf_counter() - t0
-        base, ind = totals["eager"], totals.get("inductor")
-        print(f"  60 random shapes, {title}, compiles included:")
+            tmp = tempfile.mkdtemp(prefix="cold-")
+            env = dict(os.environ, TRITON_CACHE_DIR=f"{tmp}/triton", TORCHINDUCTOR_CACHE_DIR=f"{tmp}/inductor",
+                       DYNASHAPE_CACHE_DIR=f"{tmp}/ds", DYNASHAPE_FUSED_CACHE_DIR=f"{tmp}/ds/kernels")
+            r = subprocess.run([sys.executable, os.path.abspath(__file__), "--sequence-one", name, case],
+                               env=env, capture_output=True, text=True)
+            got = [ln for ln in r.stdout.splitlines() if ln.startswith("seconds ")]
+            if r.returncode or not got:
+                print(f"    {name}: failed ({(r.stderr or r.stdout)[-300:]})")
+                continue
+            totals[name] = float(got[-1].split()[1])
+        base, ind = totals.get("eager"), totals.get("inductor")
+        print(f"  60 random shapes, {case}, compiles included, each contestant a cold process:")
         for k, v in totals.items():
-            print(f"    {k:26s} {v * 1e3:9.1f} ms  {v / base:.2f}x eager" + (f", {v / ind:.3f}x inductor" if ind else ""))
+            print(f"    {k:26s} {v * 1e3:9.1f} ms" + (f"  {v / base:.2f}x eager" if base else "")
+                  + (f", {v / ind:.3f}x inductor" if ind else ""))
 
 
 def main() -> int:
@@ -191,7 +209,12 @@ def main() -> int:
     ap.add_argument("--no-llama", action="store_true")
     ap.add_argument("--no-1b", action="store_true")
     ap.add_argument("--no-sequences", action="store_true")
+    ap.add_argument("--sequence-one", nargs=2, metavar=("CONTESTANT", "CASE"), help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.sequence_one:  # a child of sequence(): one contestant, one case, from a cold start
+        with ds.config.patch(cudagraphs="buckets" if args.sequence_one[0] == "ours + buckets" else "off"):
+            print(f"seconds {sequence_one(torch.device('cuda'), *args.sequence_one)}")
+        return 0
     if not torch.cuda.is_available():
         print("bench/gpu.py: skipped: no CUDA device here (torch.cuda.is_available() is False). "
               "It measures the Triton kernels and CUDA graphs on a GPU; on the CPU the suite runs every "
@@ -206,6 +229,9 @@ def main() -> int:
     inductor = not args.no_inductor
     print(f"device: {torch.cuda.get_device_name(dev)}, torch {torch.__version__}, triton {triton.__version__}")
     torch.manual_seed(SEED)
+    if not args.no_sequences:
+        sequence(inductor)
+    cold()
     with torch.no_grad():
         for title, fn, a in workloads(hf=False):
             if isinstance(fn, torch.nn.Module):
@@ -217,8 +243,6 @@ def main() -> int:
             decode_bench("tiny", dev, inductor, static)
             if not args.no_1b:
                 decode_bench("1b", dev, inductor, static)
-    if not args.no_sequences:
-        sequence(dev, inductor)
     return 0
 
 
