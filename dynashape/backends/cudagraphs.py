@@ -23,6 +23,7 @@ graphs' memory is bounded by `ds.config.cudagraph_pool_mb`: the least recently u
 from __future__ import annotations
 
 import collections
+import logging
 
 import sympy
 import torch
@@ -35,7 +36,10 @@ from ..tracing.aliasing import FRESH, is_inplace, written
 from ..tracing.tree import leaves
 from .fused import ops
 
+log = logging.getLogger("dynashape.cudagraphs")
+counters = {"captures": 0, "replays": 0, "padded_replays": 0}  # in this process (the fuzzer reports them)
 SIMULATE = [False]  # tests: CPU tensors take the graph path, a "replay" reruns the function on the static buffers
+WARM_UP = [True]  # False (the fuzzer): a bucket is captured at its first call, so far more calls are replays
 
 _MATMULS = {"matmul", "mm", "linear", "addmm", "bmm", "baddbmm"}
 _ROW_SAFE = {"embedding", "scaled_dot_product_attention", "layer_norm", "rms_norm", "group_norm"} | _MATMULS
@@ -94,8 +98,9 @@ def row_blocker(graph, s) -> str | None:
             return f"{where} uses {s} as a number"
         if fam == "pointwise" or name in ("contiguous", "clone", "detach") or (fam == "identity" and name != "dropout"):
             continue
-        if name in _DIMMED:
-            rank = len(ops.tensor_args(n)[0].meta.shape)
+        if name in _DIMMED:  # cat's and stack's tensors sit in a list: their dim counts in the result's rank
+            ts = ops.tensor_args(n)
+            rank = len(ts[0].meta.shape) if ts and name not in ("cat", "stack") else len(n.meta.shape)
             dims = ops.norm_dims(ops.arg(n, 1, "dim", None), rank)
             if ops.arg(n, 1, "dim", None) is None and name not in ("softmax", "log_softmax", "cumsum"):
                 dims = None
@@ -292,7 +297,7 @@ class Graphs:
             bkey = key
         cap = self.graphs.get(bkey)
         if cap is None:
-            if bkey not in self.seen:  # the first call of a bucket runs as compiled: kernels warm up
+            if bkey not in self.seen and WARM_UP[0]:  # the first call of a bucket runs as compiled: kernels warm up
                 self.seen.add(bkey)
                 return self.fn(L)
             cap = self._capture(L, ts, written, bkey, bucketed if bkey != key else {})
@@ -385,6 +390,7 @@ class Graphs:
                 outs = self.fn(Ls)
             cap = _Captured(statics, outs, g, Ls)
         self.graphs[bkey] = cap
+        counters["captures"] += 1
         nbytes = sum(t.numel() * t.element_size() for t in statics)
         if cap.outs is not None:
             nbytes += sum(t.numel() * t.element_size() for t in cap.outs if isinstance(t, torch.Tensor))
@@ -394,6 +400,9 @@ class Graphs:
 
     def _replay(self, cap, ts, written, sizes):
         self.replays += 1
+        counters["replays"] += 1
+        if any(buf.shape[0] != t.shape[0] for buf, t in zip(cap.statics, ts)):
+            counters["padded_replays"] += 1
         for buf, t in zip(cap.statics, ts):
             buf[:t.shape[0]].copy_(t)
         if cap.graph is None:  # SIMULATE
@@ -436,8 +445,16 @@ class ByMode:
             return self.fn(L)
         g = self.modes.get(mode)
         if g is None:
-            g = self.modes[mode] = Graphs(self.fn, *self.made, mode)
+            g = self.modes[mode] = self._graphs(mode)
         return g(L)
+
+    def _graphs(self, mode: str):
+        try:
+            return Graphs(self.fn, *self.made, mode)
+        except Exception as e:  # noqa: BLE001 - a gap in the analysis: this entry runs as compiled, and says why
+            log.warning("dynashape: CUDA graphs are off for an entry: analysing its graph failed (%s: %s)",
+                        type(e).__name__, e)
+            return _NoGraphs(self.fn, f"analysing the graph failed: {type(e).__name__}: {e}")
 
     def __getattr__(self, name):  # the fused backend's regions, readiness...: the compiled function's
         if name in ("fn", "made", "modes", "__setstate__"):
@@ -454,6 +471,17 @@ class ByMode:
         if not self.modes:
             return [f"CUDA graphs: none yet (ds.config.cudagraphs is {config.cudagraphs!r} now)"]
         return [line for g in self.modes.values() for line in g.cuda_graphs_report()]
+
+
+class _NoGraphs:
+    def __init__(self, fn, why: str):
+        self.fn, self.why = fn, why
+
+    def __call__(self, L):
+        return self.fn(L)
+
+    def cuda_graphs_report(self) -> list[str]:
+        return [f"CUDA graphs: none ({self.why})"]
 
 
 def _same(fn):

@@ -80,6 +80,7 @@ def test_a_sum_over_the_rows_keeps_the_size_exact_and_says_why():
     (lambda x: x.narrow(0, 1, 2) + 1, "splits the rows"),
     (lambda x: x.unbind(0)[1] + 1, "splits the rows"),
     (lambda x: x.select(0, 1) + 1, "splits the rows"),
+    (lambda x: torch.stack([x, x * 2], 0), "reduces or joins"),
 ])
 def test_programs_that_mix_rows_are_never_padded(body, why):
     cf = ds.compile(body, dynamic=True)
@@ -113,6 +114,27 @@ def test_splits_and_views_along_other_dims_keep_rows_apart_and_pad():
     g = graphs_of(cf)
     assert list(g.padded) and g.replays >= 4, g.cuda_graphs_report()
     assert sorted(k[0][0][0] for k in g.graphs) == [4, 8], g.cuda_graphs_report()
+
+
+@pytest.mark.parametrize("body", [lambda x: torch.cat([x, x * 2], -1), lambda x: torch.stack([x, x * 2], -1)])
+def test_joins_along_other_dims_pad(body):
+    # the fuzzer (--cudagraphs buckets): cat's tensors sit in a list, and the analysis crashed the call
+    cf = ds.compile(body, dynamic=True)
+    for n in (3, 3, 4, 5, 5):
+        x = torch.randn(n, 4)
+        torch.testing.assert_close(cf(x), body(x))
+    assert graphs_of(cf).padded and graphs_of(cf).replays == 3
+
+
+def test_a_failed_analysis_runs_the_entry_as_compiled_and_says_why(monkeypatch):
+    def broken(*a, **k):
+        raise IndexError("a gap")
+    monkeypatch.setattr(cudagraphs, "Graphs", broken)
+    f = lambda x: x * 2  # noqa: E731
+    cf = ds.compile(f, dynamic=True)
+    x = torch.randn(3, 4)
+    torch.testing.assert_close(cf(x), f(x))
+    assert "CUDA graphs: none (analysing the graph failed: IndexError: a gap)" in ds.explain(cf, print_report=False)
 
 
 def test_int_and_float_arguments_are_part_of_a_graphs_key():

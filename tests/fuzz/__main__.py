@@ -29,6 +29,9 @@ def main(argv=None) -> int:
     ap.add_argument("--device", choices=("cpu", "cuda", "interpret"), default=os.environ.get("FUZZ_DEVICE") or "cpu",
                     help="cuda: inputs on the GPU (the fused backend's Triton kernels); interpret: every fused "
                          "region as a Triton kernel run by Triton's interpreter on CPU tensors (implies --backend fused)")
+    ap.add_argument("--cudagraphs", choices=("off", "exact", "buckets"), default=os.environ.get("FUZZ_CUDAGRAPHS") or "off",
+                    help="run every program under ds.config.cudagraphs (on CPU tensors, the simulated capture and "
+                         "replay of tests/backends/test_cudagraphs.py: the padding proofs judged against eager)")
     ap.add_argument("--reduce", metavar="SCRIPT", nargs="+",
                     help="re-run and shrink failing scripts written earlier (to SCRIPT.reduced.py)")
     args = ap.parse_args(argv)
@@ -36,19 +39,29 @@ def main(argv=None) -> int:
         return _reduce_scripts(args.reduce, args.reduce_seconds)
     if args.device != "cpu":
         args.backend = use_device(args.device)
+    if args.cudagraphs != "off":
+        import dynashape as ds
+        from dynashape.backends import cudagraphs
+        cudagraphs.SIMULATE[0] = args.device != "cuda"
+        cudagraphs.WARM_UP[0] = False
+        ds.config.cudagraphs = args.cudagraphs
     seed = args.seed if args.seed is not None else random.SystemRandom().getrandbits(32)
     seconds = args.minutes * 60
     out = os.path.join(args.out, f"seed-{seed}" + ("-train" if args.mode == "train" else ""))
     backends = (args.backend,) if args.backend else MIXED
     split = args.backend or f"{MIXED.count('eager')} eager : {MIXED.count('fused')} fused"
     print(f"fuzz: seed {seed}, {args.minutes:g} min, mode {args.mode}, backend {split}, device {args.device}, "
-          f"failing programs go to {out}/", flush=True)
+          f"cudagraphs {args.cudagraphs}, failing programs go to {out}/", flush=True)
     rep = fuzz(seed, seconds, out_dir=out, reduce_s=args.reduce_seconds, reserve_s=min(120.0, seconds * 0.1),
                exclude=args.exclude, log=lambda m: print(m, flush=True), mode=args.mode, backends=backends,
                phase=args.phase)
     print(rep.summary())
     print(f"programs {rep.programs}, calls {rep.calls}, failures {rep.failures} ({len(rep.distinct)} distinct), "
           f"seed {seed}, mode {args.mode}, backend {split}, duration {rep.seconds:.0f} s")
+    if args.cudagraphs != "off":  # how much of the graph path was judged
+        from dynashape.backends.cudagraphs import counters as cg
+        print(f"CUDA graphs ({args.cudagraphs}): captures {cg['captures']}, replays {cg['replays']} "
+              f"({cg['padded_replays']} on padded inputs)")
     if "fused" in backends:  # kernels were really built (not only eager fallbacks); failures: regions left to torch
         from dynashape.backends.fused import counters
         from dynashape.backends.fused.build import failure_messages
