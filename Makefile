@@ -46,15 +46,17 @@ bench: $(STAMP)
 # compared after backward, under a call phase per program), to fuzz-failures/seed-<seed>-train/.
 # FUZZ_DEVICE=cuda: inputs on the GPU (Triton kernels); FUZZ_DEVICE=interpret: every fused region as a
 # Triton kernel in Triton's interpreter on CPU tensors (no GPU needed; `pip install -e '.[gpu]'`).
+# FUZZ_CUDAGRAPHS=buckets|exact: every program through CUDA graphs (simulated on CPU tensors): padding judged.
 FUZZ_MINUTES ?= 10
 FUZZ_SEED ?=
 FUZZ_BACKEND ?=
 FUZZ_MODE ?=
 FUZZ_DEVICE ?=
+FUZZ_CUDAGRAPHS ?=
 fuzz: $(STAMP)
 	$(BIN)/python -m tests.fuzz --minutes $(FUZZ_MINUTES) $(if $(FUZZ_SEED),--seed $(FUZZ_SEED)) \
 	  $(if $(FUZZ_BACKEND),--backend $(FUZZ_BACKEND)) $(if $(FUZZ_MODE),--mode $(FUZZ_MODE)) \
-	  $(if $(FUZZ_DEVICE),--device $(FUZZ_DEVICE))
+	  $(if $(FUZZ_DEVICE),--device $(FUZZ_DEVICE)) $(if $(FUZZ_CUDAGRAPHS),--cudagraphs $(FUZZ_CUDAGRAPHS))
 
 clean:
 	rm -rf $(VENV)

@@ -1,7 +1,8 @@
 """The soundness fuzzer in the suite: random programs, compiled under every `dynamic=` mode, match eager.
 
 `DYNASHAPE_FUZZ_SECONDS` scales the fixed-seed budget (default 60 s; 0 skips it);
-`DYNASHAPE_FUZZ_TRAIN_SECONDS` the training-mode one (default 30 s; 0 skips it).
+`DYNASHAPE_FUZZ_TRAIN_SECONDS` the training-mode one (default 30 s; 0 skips it);
+`DYNASHAPE_FUZZ_CUDAGRAPHS_SECONDS` the CUDA graphs one (default 10 s; 0 skips it).
 `make fuzz` (`FUZZ_MODE=train`) runs the same loop with a random seed for longer.
 """
 import os
@@ -26,6 +27,7 @@ from tests.fuzz.train import check_train_program
 BUDGET = float(os.environ.get("DYNASHAPE_FUZZ_SECONDS", "60"))
 TRITON_BUDGET = float(os.environ.get("DYNASHAPE_FUZZ_TRITON_SECONDS", "15"))
 TRAIN_BUDGET = float(os.environ.get("DYNASHAPE_FUZZ_TRAIN_SECONDS", "30"))
+GRAPHS_BUDGET = float(os.environ.get("DYNASHAPE_FUZZ_CUDAGRAPHS_SECONDS", "10"))
 SEED = 20261123
 TRAIN_SEED = 20261124
 
@@ -79,6 +81,26 @@ def test_random_programs_on_triton_kernels_in_the_interpreter_match_eager():
         pytest.fail(f"{rep.summary()}\n\nreduced failing programs (reproduce with `make fuzz FUZZ_DEVICE=interpret "
                     f"FUZZ_SEED={SEED + 2}`):\n\n{shown}", pytrace=False)
     assert build.counters["failures"] == failed_builds, "the fused backend failed to build a region (its warning says why)"
+
+
+@pytest.mark.skipif(GRAPHS_BUDGET <= 0, reason="DYNASHAPE_FUZZ_CUDAGRAPHS_SECONDS=0")
+def test_random_programs_through_cuda_graphs_per_bucket_match_eager(monkeypatch):
+    """The padding proofs (which sizes may be rounded up to a bucket) judged against eager, through the
+    simulated capture and replay on CPU tensors, each bucket captured at its first call."""
+    import dynashape as ds
+    from dynashape.backends import cudagraphs
+    monkeypatch.setattr(cudagraphs, "SIMULATE", [True])
+    monkeypatch.setattr(cudagraphs, "WARM_UP", [False])
+    before = dict(cudagraphs.counters)
+    with ds.config.patch(cudagraphs="buckets"):
+        rep = fuzz(SEED + 3, GRAPHS_BUDGET, reduce_s=4.0, max_reduce=4, reserve_s=min(5.0, GRAPHS_BUDGET / 4),
+                   log=lambda m: None)
+    assert rep.programs > 0 and cudagraphs.counters["padded_replays"] > before["padded_replays"]
+    if rep.failures:
+        shown = "\n\n".join(f"# {f.headline()}\n{f.program.source()}# calls (sizes, n): {_calls(f)}"
+                            for f, _ in rep.distinct.values())
+        pytest.fail(f"{rep.summary()}\n\nreduced failing programs (reproduce with `make fuzz FUZZ_CUDAGRAPHS=buckets "
+                    f"FUZZ_SEED={SEED + 3}`):\n\n{shown}", pytrace=False)
 
 
 def _calls(f):
