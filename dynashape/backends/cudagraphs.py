@@ -135,16 +135,22 @@ def _has_any(shape, s) -> bool:
 
 
 def _aliased_inputs(v, seen=None) -> list:
-    """The input nodes whose memory graph value `v` may share (none: computed into new memory)."""
+    """The input nodes whose memory graph value `v` may share (none: computed into new memory). A
+    call with several results (split, chunk, unbind: a tuple of views) is followed like a view:
+    `x.chunk(1)[0]` is x's memory."""
     seen = set() if seen is None else seen
-    if not hasattr(v, "kind") or id(v) in seen or not isinstance(getattr(v, "meta", None), TensorMeta):
+    if not hasattr(v, "kind") or id(v) in seen:
+        return []
+    meta = getattr(v, "meta", None)
+    if not (isinstance(meta, TensorMeta) or (isinstance(meta, (tuple, list))
+                                             and any(isinstance(m, TensorMeta) for m in leaves(meta)))):
         return []
     seen.add(id(v))
     if v.kind == "input":
         return [v]
     if v.kind != "call" or getattr(v.target, "__name__", "") in FRESH:
         return []
-    return [i for a in ops.tensor_args(v) for i in _aliased_inputs(a, seen)]
+    return [i for a in leaves((v.args, v.kwargs)) for i in _aliased_inputs(a, seen)]
 
 
 def _argument(src) -> bool:
