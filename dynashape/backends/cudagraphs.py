@@ -361,7 +361,7 @@ class Graphs:
             if i in self.rows:
                 shape[0] = bucketed.get(self.rows[i], shape[0])
             buf = torch.zeros(shape, dtype=t.dtype, device=t.device)
-            buf[:t.shape[0]].copy_(t)
+            _fill(buf, t)
             statics.append(buf)
             _put(Ls, src, buf)
         return Ls, statics
@@ -407,10 +407,10 @@ class Graphs:
     def _replay(self, cap, ts, written, sizes):
         self.replays += 1
         counters["replays"] += 1
-        if any(buf.shape[0] != t.shape[0] for buf, t in zip(cap.statics, ts)):
+        if any(t.dim() and buf.shape[0] != t.shape[0] for buf, t in zip(cap.statics, ts)):
             counters["padded_replays"] += 1
         for buf, t in zip(cap.statics, ts):
-            buf[:t.shape[0]].copy_(t)
+            _fill(buf, t)
         if cap.graph is None:  # SIMULATE
             outs = self.fn(cap.L)
         else:
@@ -426,6 +426,11 @@ class Graphs:
                 v = v.clone()  # never the graph's memory: the next replay overwrites it
             res.append(v)
         return tuple(res) if isinstance(outs, tuple) else res
+
+
+def _fill(buf, t) -> None:
+    """Copy `t` into its static buffer: its first rows (the rest is padding), or all of a 0-dim tensor."""
+    (buf[:t.shape[0]] if t.dim() else buf).copy_(t)
 
 
 def _evict() -> None:

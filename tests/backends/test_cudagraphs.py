@@ -418,3 +418,14 @@ def test_the_mode_of_each_call_decides_even_for_entries_compiled_under_another()
         torch.testing.assert_close(plain(x), f(x))
     assert g.replays == 2
     assert "1 captured, 2 replays" in ds.explain(graphs, print_report=False)
+
+
+def test_a_zero_dim_tensor_argument_is_copied_whole():
+    # its static buffer has no rows to slice: the capture raised IndexError
+    def f(x, s):
+        return x * s + 1
+    cf = ds.compile(f, dynamic=True)
+    for n, v in ((3, 2.0), (3, -1.0), (4, 0.5), (4, 3.0)):
+        x, s = torch.randn(n, 2), torch.tensor(v)
+        torch.testing.assert_close(cf(x, s), f(x, s))
+    assert graphs_of(cf).replays == 3
