@@ -244,6 +244,13 @@ class Graphs:
         if torch.is_grad_enabled() and any(isinstance(n.meta, TensorMeta) and n.meta.requires_grad
                                            for n in graph.inputs()):
             self.why_none = "autograd records this entry (graphs capture inference: call it under torch.no_grad())"
+        for v in (out.args[0] if out else ()):  # made inside (torch.ones(..., requires_grad=True)): a replay's
+            if self.why_none is None and isinstance(getattr(v, "meta", None), TensorMeta) and v.meta.requires_grad:
+                self.why_none = f"the output {v.name} requires grad (autograd records inside the graph)"
+        # `torch.set_grad_enabled(b)` called as a function outlives the call: the code sets it on return,
+        # which a replay does not run
+        self.exit_grad = graph.exit_grad if graph.entry_grad is not None and graph.exit_grad is not None \
+            and graph.exit_grad != graph.entry_grad else None
         syms = sorted({s for n in graph.inputs() if isinstance(n.meta, TensorMeta) for d in n.meta.shape
                        if not isinstance(d, int) for s in sympy.sympify(d).free_symbols}, key=str)
         self.padded: dict = {}  # symbol -> its largest value (None: unbounded)
@@ -293,6 +300,7 @@ class Graphs:
         if got is None:
             return self.fn(L)
         ext, vals = got
+        grad0 = torch.is_grad_enabled()  # each run of fn starts here: the guards checked this mode
         written = [vals[k] for k in self.written]  # read once: the capture restores them, a replay bumps them
         sizes = {s: ts[i].shape[0] for i, s in self.rows.items()}
         bucketed = {s: bucket(n, self.padded[s]) for s, n in sizes.items()}
@@ -306,14 +314,14 @@ class Graphs:
             if bkey not in self.seen and WARM_UP[0]:  # the first call of a bucket runs as compiled: kernels warm up
                 self.seen.add(bkey)
                 return self.fn(L)
-            cap = self._capture(L, ts, written, bkey, bucketed if bkey != key else {})
+            cap = self._capture(L, ts, written, bkey, bucketed if bkey != key else {}, grad0)
             if cap is None:
                 self.exact_keys.add(bkey)
                 return self.fn(L)
         else:
             self.graphs.move_to_end(bkey)
             _LIVE.move_to_end((id(self), bkey))
-        return self._replay(cap, ts, written, sizes)
+        return self._replay(cap, ts, written, sizes, grad0)
 
     def _eligible(self, L):
         """The tensors the call passes, when a graph may serve it; else None."""
@@ -366,7 +374,7 @@ class Graphs:
             _put(Ls, src, buf)
         return Ls, statics
 
-    def _capture(self, L, ts, written, bkey, bucketed):
+    def _capture(self, L, ts, written, bkey, bucketed, grad0):
         try:
             Ls, statics = self._static(L, ts, bucketed)
         except TypeError as e:  # an argument inside an object we do not rebuild
@@ -390,6 +398,7 @@ class Graphs:
         with torch.no_grad():
             for t, b in zip(written, before):
                 t.copy_(b)
+        torch._C._set_grad_enabled(grad0)  # the warm-up left the mode fn returns with
         if not SIMULATE[0]:
             g = torch.cuda.CUDAGraph()
             with torch.cuda.graph(g):
@@ -404,7 +413,7 @@ class Graphs:
         _evict()
         return cap
 
-    def _replay(self, cap, ts, written, sizes):
+    def _replay(self, cap, ts, written, sizes, grad0):
         self.replays += 1
         counters["replays"] += 1
         if any(t.dim() and buf.shape[0] != t.shape[0] for buf, t in zip(cap.statics, ts)):
@@ -412,12 +421,15 @@ class Graphs:
         for buf, t in zip(cap.statics, ts):
             _fill(buf, t)
         if cap.graph is None:  # SIMULATE
+            torch._C._set_grad_enabled(grad0)
             outs = self.fn(cap.L)
         else:
             cap.graph.replay()
             outs = cap.outs
             if written:  # as eager's in-place ops do: autograd sees that these tensors changed
                 torch.autograd.graph.increment_version(written)
+            if self.exit_grad is not None:
+                torch._C._set_grad_enabled(self.exit_grad)
         res = []
         for v, rows in zip(outs, self.out_rows):
             if isinstance(v, torch.Tensor):

@@ -418,8 +418,8 @@ class CompiledFunction:
         if tracer.data_guards:
             return self._add_path(merge_into, guard_set, graph, state, env, why_dynamic, tracer, L, args, kwargs)
         fn = self.backend(graph)
-        for wrap in ENTRY_WRAPPERS:  # CUDA graphs (backends/cudagraphs.py)
-            fn = wrap(fn, graph, guard_set, env)
+        for wrap in ENTRY_WRAPPERS if not self.internal else ():  # CUDA graphs (backends/cudagraphs.py):
+            fn = wrap(fn, graph, guard_set, env)  # not for a fused region's backward, run inside autograd's
         fn = state.runner(fn)
         entry = Entry(guard_set, graph, fn, env, why_dynamic, self._call_shape(args, kwargs))
         if _th.on: _th.emit("compile_end", self, entry, tracer)  # noqa: E701

@@ -429,3 +429,58 @@ def test_a_zero_dim_tensor_argument_is_copied_whole():
         x, s = torch.randn(n, 2), torch.tensor(v)
         torch.testing.assert_close(cf(x, s), f(x, s))
     assert graphs_of(cf).replays == 3
+
+
+def test_a_grad_mode_set_for_good_inside_starts_each_run_from_the_callers():
+    # the fuzzer (train, --cudagraphs buckets): the warm-up run left grad mode on, the run that followed
+    # recorded autograd history under a caller's no_grad
+    def f(y):
+        v0 = y.clamp(-1, 1)
+        torch.set_grad_enabled(False)
+        v0.exp()
+        torch.set_grad_enabled(True)
+        return v0 * 2
+    cf = ds.compile(f, dynamic=True)
+    for n in (3, 3, 4, 4):  # the first call compiles, the second warms the bucket up: two replays
+        y = torch.randn(n, requires_grad=True)
+        torch.set_grad_enabled(False)
+        got = cf(y)
+        assert torch.is_grad_enabled()  # as eager leaves it
+        torch.set_grad_enabled(False)
+        want = f(y)
+        torch.set_grad_enabled(False)
+        assert (got.requires_grad, got.grad_fn) == (want.requires_grad, want.grad_fn) == (False, None)
+        torch.testing.assert_close(got, want)
+    g = graphs_of(cf)
+    assert g.replays == 2 and g.exit_grad is True  # a real replay runs no Python: it sets the mode itself
+
+
+def test_an_output_that_requires_grad_made_inside_gets_no_graph():
+    def f(x):
+        w = torch.ones(x.shape[-1], requires_grad=True)
+        return x * w
+    cf = ds.compile(f, dynamic=True)
+    with torch.enable_grad():
+        for n in (3, 3):
+            x = torch.randn(n, 4)
+            got = cf(x)
+            assert got.requires_grad and got.grad_fn is not None
+            torch.testing.assert_close(got, f(x))
+    assert "requires grad" in graphs_of(cf).why_none
+
+
+def test_a_fused_regions_backward_runs_without_graphs():
+    # the generated backward is compiled by dynashape and runs inside autograd's backward (grad mode
+    # off): it got graphs, and a 0-dim gradient crashed the capture
+    f = lambda x, w: (x * w).tanh().sum()  # noqa: E731
+    cf = ds.compile(f, dynamic=True, backend="fused")
+    captures = cudagraphs.counters["captures"]
+    with ds.config.patch(fused_sync=True), torch.enable_grad():
+        for n in (3, 3, 5):
+            x, w = torch.randn(n, 4, requires_grad=True), torch.randn(4, requires_grad=True)
+            cf(x, w).backward()
+            gx, gw = x.grad, w.grad
+            x.grad = w.grad = None
+            f(x, w).backward()
+            torch.testing.assert_close((gx, gw), (x.grad, w.grad))
+    assert cudagraphs.counters["captures"] == captures
