@@ -354,6 +354,12 @@ class RegionRuntime:
                 lines.append(f"        return _apply(_rt, {len(ins)}, {params})")
             else:
                 lines.append(f"        {torch_calls}")
+        # an input with no memory (an efficient zero tensor autograd made: data_ptr 0; an empty one is
+        # routed above) would be read through a null pointer: torch's calls take it, as in eager
+        lines.append(f"    _p = ({''.join(f'{a}.data_ptr(), ' for a in ins)})")
+        if ins:
+            lines.append("    if 0 in _p:")
+            lines.append(f"        {torch_calls}")
         outs = []
         epilogue = []
         # on a device: column sums go to one row of float64 atomics; new tensors on the inputs' device
@@ -398,7 +404,7 @@ class RegionRuntime:
             ints = [s.name for s in self.tkernel.spec.symbols] + [f"*{a}.stride()" for a in ins]
             lines.append(f"    _kernel({', '.join(ins + outs + aux + ints)})")
         else:
-            ptrs = [f"{a}.data_ptr()" for a in ins] + [f"{o}.data_ptr()" for o in outs + aux]
+            ptrs = ["*_p"] + [f"{o}.data_ptr()" for o in outs + aux]
             ints = [s.name for s in self.spec.symbols] + [f"*{a}.stride()" for a in ins]
             lines.append(f"    _kernel({', '.join(ptrs + ints + ['_nt'])})")
         lines += epilogue

@@ -280,6 +280,8 @@ def mm(a: torch.Tensor, b: torch.Tensor, bias=None, asum=None, bsum=None, out=No
         return None
     M, K = a.shape
     N = b.shape[1]
+    if not (a.data_ptr() and b.data_ptr() and (bias is None or bias.data_ptr())):
+        return None  # no memory to read (an efficient zero tensor autograd made, or an empty operand)
     if out is None:
         out = torch.empty((M, N), dtype=torch.float32)
     rc = fn(M, N, K, a.data_ptr(), a.stride(0), a.stride(1), b.data_ptr(), b.stride(0), b.stride(1),

@@ -443,3 +443,38 @@ def test_a_call_nobody_reads_does_not_make_the_region_keep_what_it_would_save():
             cf(x, y).backward()
             _unread_then_changed(x2, y).backward()
             torch.testing.assert_close(x.grad, x2.grad)
+
+
+def test_a_double_backward_passing_efficient_zero_gradients_gives_eagers_gradients():
+    """Autograd passed an efficient zero tensor (no memory: data_ptr 0) as a gradient to a region's
+    generated backward in a gradient penalty, and its kernel read through the null pointer (segfault,
+    fuzz seed 25112916)."""
+    def f(y, w):
+        v1 = (y.sum() * w) * (y.sum() * w)
+        return y / ((v1 + 1).abs() + 1)
+
+    def penalty_grads(fn, D, seed):
+        torch.manual_seed(seed)
+        yl, w = torch.randn(D, requires_grad=True), torch.randn(D, requires_grad=True)
+        out = fn(yl * 1, w)
+        gs = torch.autograd.grad((out * torch.randn_like(out)).sum(), [yl, w], create_graph=True)
+        sum(g.pow(2).sum() for g in gs).backward()
+        return [g.detach() for g in gs], yl.grad, w.grad
+    cf = ds.compile(f, dynamic=True, backend="fused")
+    with ds.config.patch(fused_sync=True):
+        for D in (6, 2, 3):
+            torch.testing.assert_close(penalty_grads(cf, D, D), penalty_grads(f, D, D))
+
+
+@pytest.mark.parametrize("gemm", ["on", "off"])
+def test_an_efficient_zero_tensor_argument_runs_torchs_calls_not_the_kernels(gemm):
+    # no memory behind it (data_ptr 0): the region kernels and the brgemm product read a null pointer
+    m = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.GELU(), torch.nn.Linear(64, 64))
+    f = lambda x, y: m(x * 2 + y).relu()  # noqa: E731
+    cf = ds.compile(f, dynamic=True, backend="fused")
+    with ds.config.patch(fused_sync=True, fused_gemm=gemm), torch.no_grad():
+        for n in (65, 66):
+            x, y = torch.randn(n, 64), torch.randn(n, 64)
+            torch.testing.assert_close(cf(x, y), f(x, y))
+        z, y = torch._efficientzerotensor(67, 64), torch.randn(67, 64)
+        torch.testing.assert_close(cf(z, y), f(z, y))
