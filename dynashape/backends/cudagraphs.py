@@ -329,9 +329,8 @@ class Graphs:
             ts = self.read_copied(L)
         except Exception:  # noqa: BLE001 - the compiled function reports it as eager would
             return None
-        grad = torch.is_grad_enabled()
-        for t in ts:
-            if not isinstance(t, torch.Tensor) or (grad and t.requires_grad):
+        for t in ts:  # a copy would not require grad: even under no_grad, eager's views of it do (retain_grad)
+            if not isinstance(t, torch.Tensor) or t.requires_grad:
                 return None
             if not (t.is_cuda or (SIMULATE[0] and t.is_cpu)) or not t.is_contiguous():
                 return None  # the static buffers are contiguous: another layout runs as compiled
