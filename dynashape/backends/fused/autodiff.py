@@ -460,7 +460,9 @@ class FusedRegion(torch.autograd.Function):
         for i in bw.saved:
             if i not in bw.eager_in:
                 t = args[i]
-                if i in rt.internal:
+                if t.is_inference():  # no version counter to check (made under inference_mode): its values
+                    ctx.held[i] = (t.clone(), None, None)  # now, as eager keeps what it computes from them
+                elif i in rt.internal:
                     ctx.held[i] = (t, None, None)
                 else:  # a copy where the graph itself may change it after this region (x.mul_(3) later)
                     ctx.held[i] = (t, t._version, t.clone() if rt.graph_mutates else None)

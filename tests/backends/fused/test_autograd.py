@@ -478,3 +478,25 @@ def test_an_efficient_zero_tensor_argument_runs_torchs_calls_not_the_kernels(gem
             torch.testing.assert_close(cf(x, y), f(x, y))
         z, y = torch._efficientzerotensor(67, 64), torch.randn(67, 64)
         torch.testing.assert_close(cf(z, y), f(z, y))
+
+
+def test_an_input_made_under_inference_mode_is_kept_by_value_for_the_backward():
+    # the fuzzer (train, seed 25112917): the region's backward kept the input with its version counter,
+    # which tensors made under inference_mode do not have: a RuntimeError where eager runs
+    def f(x, w):
+        with torch.inference_mode():
+            v1 = x * 1
+        v4 = w * 1
+        v4[..., 0] = 1.0  # the graph changes a tensor in place: the region holds its inputs with versions
+        return v4 / (v1.abs() + 1)
+    cf = ds.compile(f, dynamic=True, backend="fused")
+    with ds.config.patch(fused_sync=True):
+        for n in (3, 5):
+            x = torch.randn(n, 4)
+            w1, w2 = torch.randn(4, requires_grad=True), None
+            w2 = w1.detach().clone().requires_grad_()
+            got, want = cf(x, w1), f(x, w2)
+            torch.testing.assert_close(got, want)
+            got.sum().backward()
+            want.sum().backward()
+            torch.testing.assert_close(w1.grad, w2.grad)
