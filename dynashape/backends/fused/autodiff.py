@@ -501,8 +501,6 @@ class FusedRegion(torch.autograd.Function):
         # an expanded gradient (a mean's: strides 0) would send the kernels down their strided loops,
         # scalar index arithmetic per element (30x slower than the contiguous, vectorized ones)
         grads = [g.contiguous() if isinstance(g, torch.Tensor) and not g.is_contiguous() else g for g in grads]
-        grads = [ops.readable(g) for g in grads]
-        ins = [ops.readable(t) for t in ins]
         aux = ctx.aux if ctx.aux is not None and not torch.is_grad_enabled() else [None] * rt.n_aux
         got = rt.backward_fn(*ins, *ctx.syms, *grads, *aux)
         out = [None] * ctx.n_in

@@ -110,13 +110,6 @@ def is_scalar(v) -> bool:
     return isinstance(v, (bool, int, float)) or (isinstance(v, SymExpr) and v.pytype in (int, float, bool))
 
 
-def readable(t):
-    """`t`, or zeros of its shape where it is an efficient zero tensor: autograd passes those as gradients
-    (a double backward's unused ones); they have no memory (data_ptr 0), and a kernel read through the
-    null pointer (a segfault in a fused region of a generated backward, fuzz seed 25112916)."""
-    return torch.zeros_like(t) if isinstance(t, torch.Tensor) and t._is_zerotensor() else t
-
-
 def tensor_args(n: Node) -> list:
     return [a for a in list(n.args) + list(n.kwargs.values()) if is_tensor(a)]
 
