@@ -109,9 +109,11 @@ class Graph:
 
     # ----------------------------------------------------------- building
     def _fresh(self, hint: str) -> str:
-        base = "".join(c if c.isalnum() or c == "_" else "_" for c in hint).strip("_") or "v"
-        if base[0].isdigit() or base in _RESERVED:
-            base = "_" + base
+        base = _BASES.get(hint)
+        if base is None:
+            base = _base_name(hint)
+            if len(_BASES) < 8192:  # hints repeat across graphs (op names, parameter paths)
+                _BASES[hint] = base
         n = self._names.get(base, 0)
         name = base if n == 0 else f"{base}_{n}"
         while name in self._taken:  # `split_1` may already name item 1 of node `split`
@@ -126,10 +128,13 @@ class Graph:
         assert kind in KINDS, kind
         if modes is _NOW:
             modes = self.modes_now() if kind == "call" and self.modes_now is not None else None
-        node = Node(kind, self._fresh(name_hint), target, tuple(args), dict(kwargs or {}), meta,
+        node = Node(kind, self._fresh(name_hint), target, tuple(args), dict(kwargs) if kwargs else {}, meta,
                     location, [], grad_enabled, modes)
-        for used in _nodes_in((node.args, node.kwargs)):
+        for used in _nodes_in(node.args):
             used.users.append(node)
+        if node.kwargs:
+            for used in _nodes_in(node.kwargs):
+                used.users.append(node)
         self.nodes.append(node)
         return node
 
@@ -191,17 +196,37 @@ _RESERVED = {"L", "G", "torch", "math", "operator", "None", "True", "False", "de
              "dict", "type", "range", "print", "Ellipsis"}
 
 
-def _nodes_in(obj):
+_BASES: dict = {}  # name hint -> the identifier it gives
+
+
+def _base_name(hint: str) -> str:
+    base = "".join(c if c.isalnum() or c == "_" else "_" for c in hint).strip("_") or "v"
+    return "_" + base if base[0].isdigit() or base in _RESERVED else base
+
+
+def _nodes_in(obj) -> list:
+    """The nodes inside nested args (lists, tuples, dicts, slices), in order."""
+    out: list = []
+    _collect_nodes(obj, out)
+    return out
+
+
+def _collect_nodes(obj, out: list) -> None:
     if isinstance(obj, Node):
-        yield obj
+        out.append(obj)
     elif isinstance(obj, (list, tuple)):
         for o in obj:
-            yield from _nodes_in(o)
+            if isinstance(o, Node):
+                out.append(o)
+            elif isinstance(o, _NESTED):
+                _collect_nodes(o, out)
     elif isinstance(obj, dict):
-        for o in obj.values():
-            yield from _nodes_in(o)
+        _collect_nodes(list(obj.values()), out)
     elif isinstance(obj, slice):
-        yield from _nodes_in((obj.start, obj.stop, obj.step))
+        _collect_nodes((obj.start, obj.stop, obj.step), out)
+
+
+_NESTED = (list, tuple, dict, slice)
 
 
 def _sym_exprs_in(obj):

@@ -208,4 +208,12 @@ def make_policy(dynamic, frame_state: FrameState, L: dict, explain: dict | None 
             return DimPolicy(oblivious, constraint=DimConstraint(source, warn_only=True))
         return DimPolicy(DimDynamic.STATIC)
 
+    def static_param(tensor) -> bool:
+        """Whether `policy` answers STATIC for every dim of this module parameter/buffer (checked
+        once per tensor instead of once per dim: no source list can name it, the config pins it)."""
+        return unb_src is None and dyn_src is None and (
+            config.force_parameter_static_shapes if isinstance(tensor, torch.nn.Parameter)
+            else config.force_nn_module_property_static_shapes)
+
+    policy.static_param = static_param
     return policy

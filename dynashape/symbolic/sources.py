@@ -12,7 +12,23 @@ the function's arguments `L`) and a *pretty* spelling for messages
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import cached_property
+
+
+class cached_property:  # noqa: N801 - functools' without its lock (Python 3.11 takes one per first read)
+    """A value computed on first read and stored in the instance's `__dict__` (frozen dataclasses
+    included: the descriptor has no `__set__`, so the stored value shadows it from then on)."""
+
+    def __init__(self, fn):
+        self.fn, self.attr = fn, fn.__name__
+
+    def __set_name__(self, owner, name):
+        self.attr = name
+
+    def __get__(self, obj, owner=None):
+        if obj is None:
+            return self
+        v = obj.__dict__[self.attr] = self.fn(obj)
+        return v
 
 
 class Source:

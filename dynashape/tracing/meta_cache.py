@@ -44,12 +44,16 @@ def _sig(x):
     return _UNCACHEABLE
 
 
+_AUTOCAST_OFF = ((False, None), (False, None))
+
+
 def autocast_state() -> tuple:
     """Autocast changes ops' output dtypes: (enabled, dtype) for the CPU and CUDA autocast."""
+    if not torch._C._is_any_autocast_enabled():
+        return _AUTOCAST_OFF  # the dtypes say nothing while it is off (the usual case: one call)
     return tuple((torch.is_autocast_enabled(d), torch.get_autocast_dtype(d)) for d in ("cpu", "cuda"))
 
 
-_AUTOCAST_OFF = tuple((False, torch.get_autocast_dtype(d)) for d in ("cpu", "cuda"))
 
 
 def modes_now():

@@ -164,6 +164,15 @@ class Tracer:
             return self._fakes[id(t)]
         self._source_of[id(t)] = source
         self._input_tensors.append((source, t))
+        static = getattr(self.policy, "static_param", None)
+        if kind == "param" and static is not None and static(t):
+            sizes = list(t.shape)  # what the policy answers for each dim (STATIC), asked once
+        else:
+            sizes = self._input_sizes(t, source, kind)
+        self._finish_input(t, source, kind, sizes)
+        return self._fakes[id(t)]
+
+    def _input_sizes(self, t: torch.Tensor, source: Source, kind: str) -> list:
         sizes = []
         for i, hint in enumerate(t.shape):
             pol = self.policy(SizeSource(source, i), hint, kind, t, i)
@@ -180,24 +189,26 @@ class Tracer:
                 s = self.env.symint(hint, SizeSource(source, i), pol.dynamic, pol.min, pol.max,
                                     constraint=pol.constraint)
             sizes.append(s)
+        return sizes
+
+    def _finish_input(self, t: torch.Tensor, source: Source, kind: str, sizes: list) -> None:
         meta = _input_meta(t)
-        node = self.graph.input(source, self._tensor_meta(sizes, t), _name_hint(source),
-                                t if self._pinned(t, source, sizes) else None)
+        pinned = t if self._pinned(t, source, sizes) else None
+        node = self.graph.input(source, self._tensor_meta(sizes, t), _name_hint(source), pinned)
         fake = make_fake(meta, sizes, node, t.device, self)
         for i, s in enumerate(sizes):
             if isinstance(s, SymBase):
                 self._bind(s, node, "size", i)
                 self._bind_affine(s, node, i)
+        offset = t.storage_offset()
         self.tensor_inputs.append(TensorInput(
             source, t.dtype, t.device, t.requires_grad,
             tuple(s if isinstance(s, int) else None for s in sizes), tuple(t.stride()),
-            t.is_contiguous(), type(t), kind == "param", t if self._pinned(t, source, sizes) else None,
-            t.storage_offset(), tuple(t.shape)))
+            t.is_contiguous(), type(t), kind == "param", pinned, offset, tuple(t.shape)))
         self._fakes[id(t)] = fake
-        self._offsets[id(fake)] = t.storage_offset()
+        self._offsets[id(fake)] = offset
         self._input_of[id(fake)] = (source, t)
         self._keep.append(t)
-        return fake
 
     def input_of(self, fake):
         """(source, real tensor) of an input's fake, else None."""
@@ -514,7 +525,7 @@ class Tracer:
             raise AssertionError(f"meta rule for {_fname(func)} returned {len(shapes)} shapes "
                                  f"for {len(outs)} outputs")
         for s, t in zip(shapes, outs):
-            if tuple(meta_value(x) for x in s) != tuple(t.shape):
+            if tuple(meta_value(x) if isinstance(x, SymBase) else x for x in s) != tuple(t.shape):
                 raise AssertionError(
                     f"meta rule for {_fname(func)} computed shape {tuple(s)} (= {tuple(meta_value(x) for x in s)} "
                     f"on the example) but torch gives {tuple(t.shape)}")
@@ -524,11 +535,12 @@ class Tracer:
                     self.runtime_assert(x >= 0, f"{self.env.describe(x.node.expr)} is used as a size, "
                                                 f"so it must be >= 0")
                     self.env.mark_size_like(x.node.expr)
-        ir_args, ir_kwargs = self.to_ir(_sizes_as_tuples(args)), self.to_ir(_sizes_as_tuples(kwargs))
+        ir_args, ir_kwargs = self.to_ir(args, True), self.to_ir(kwargs, True)
         meta = _map(out, lambda x: self._tensor_meta(shapes[index[id(x)]], x) if isinstance(x, torch.Tensor)
                     else None) if outs else None
+        short = _short_name(func)
         node = self.graph.call(func, ir_args, ir_kwargs, meta, user_location(),
-                               torch.is_grad_enabled(), name_hint=_fname(func).split(".")[-1])
+                               torch.is_grad_enabled(), name_hint=short)
         # an in-place op returns the tensor it changed: the same fake (maybe resized). An op that
         # merely returned its input on the example (`contiguous()`, `to()`, `float()`) may copy on
         # another input, so its result is a value of its own, computed by the recorded call.
@@ -540,7 +552,7 @@ class Tracer:
         # as it is when nothing needs converting (contiguous, to, float, ...); other results are fresh
         aliasing_in = any(getattr(a, "ds_may_alias", True) if isinstance(a, FakeTensor) else isinstance(a, torch.Tensor)
                           for a in arg_leaves)
-        returns_input = aliasing_in and not _fname(func).split(".")[-1] in _FRESH
+        returns_input = aliasing_in and short not in _FRESH
 
         def wrap(x, path):
             if not isinstance(x, torch.Tensor):
@@ -563,7 +575,7 @@ class Tracer:
             # its layout follows its base's, which the trace does not model; reshape & co return a view or
             # a copy depending on the sizes and strides of the call, so their layout is a view's too
             # (a view of such a result too: whose view it is, and so its history, follows that layout)
-            fake.ds_view_or_copy = _fname(func).split(".")[-1] in _VIEW_OR_COPY or (x._is_view() and any(
+            fake.ds_view_or_copy = short in _VIEW_OR_COPY or (x._is_view() and any(
                 getattr(a, "ds_view_or_copy", False) for a in arg_leaves if isinstance(a, FakeTensor)))
             fake.ds_view = x._is_view() or fake.ds_view_or_copy
             fake.ds_odd_layout = odd_inputs or (not fake.ds_view and _odd_layout(x))
@@ -698,7 +710,21 @@ class Tracer:
     def _tensor_meta(self, sizes, t):
         return self.graph.TensorMeta(_shape_exprs(sizes), t.dtype, bool(t.requires_grad))
 
-    def to_ir(self, value):
+    def to_ir(self, value, sizes_as_tuples: bool = False):
+        """`value` with traced tensors and symbolic values as graph values. `sizes_as_tuples`: an
+        op's argument, where a torch.Size is the tuple of its sizes (tree.sizes_as_tuples)."""
+        t = type(value)
+        if t is FakeTensor:
+            return value.ds_node
+        if t in _PLAIN:
+            return value
+        if t is tuple or t is list or (sizes_as_tuples and t is torch.Size):
+            items = [self.to_ir(v, sizes_as_tuples) for v in value]
+            return items if t is list else tuple(items)
+        if t is dict:
+            return {k: self.to_ir(v, sizes_as_tuples) for k, v in value.items()}
+        if sizes_as_tuples:
+            value = _sizes_as_tuples(value)
         if isinstance(value, FakeTensor):
             return value.ds_node
         if isinstance(value, torch.Tensor):
@@ -725,6 +751,8 @@ class Tracer:
         return value
 
 
+_PLAIN = frozenset({int, float, bool, str, type(None), torch.dtype, torch.device, torch.layout,
+                    torch.memory_format, type(Ellipsis)})  # values that are their own IR
 _MAX_DEPTH = 64  # nesting of list/tuple/dict arguments traced; deeper runs eagerly
 
 
@@ -769,6 +797,11 @@ def T_stride(t):
 
 def _fname(func) -> str:
     return target_name(func).replace("torch.nn.functional.", "F.")
+
+
+def _short_name(func) -> str:
+    """`linear` for torch.nn.functional.linear: the op's name in generated code and in op tables."""
+    return target_name(func).rsplit(".", 1)[-1]
 
 
 def _name_hint(source: Source) -> str:

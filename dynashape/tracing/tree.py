@@ -5,16 +5,24 @@ from builtins import isinstance  # the builtin, not tracing/pyenv.py's patch: ou
 import torch
 
 
-def leaves(obj):
+def leaves(obj) -> list:
     """Every non-container value inside nested lists, tuples and dicts, in order."""
+    out: list = []
+    _collect(obj, out)
+    return out
+
+
+def _collect(obj, out: list) -> None:
     if isinstance(obj, (list, tuple)):
         for o in obj:
-            yield from leaves(o)
+            if isinstance(o, (list, tuple, dict)):
+                _collect(o, out)
+            else:
+                out.append(o)
     elif isinstance(obj, dict):
-        for o in obj.values():
-            yield from leaves(o)
+        _collect(list(obj.values()), out)
     else:
-        yield obj
+        out.append(obj)
 
 
 def sizes_as_tuples(obj):
@@ -23,9 +31,10 @@ def sizes_as_tuples(obj):
     where it decides dims instead of a graph value it would have to resolve."""
     if isinstance(obj, torch.Size):
         return tuple(obj)
-    if type(obj) in (list, tuple):
-        return type(obj)(sizes_as_tuples(o) for o in obj)
-    if type(obj) is dict:
+    t = type(obj)
+    if t is list or t is tuple:
+        return t([sizes_as_tuples(o) for o in obj])
+    if t is dict:
         return {k: sizes_as_tuples(v) for k, v in obj.items()}
     return obj
 
@@ -35,15 +44,18 @@ def map_leaves(obj, fn):
     if isinstance(obj, torch.Size):
         return fn(obj)
     if isinstance(obj, (list, tuple)):
-        items = [map_leaves(o, fn) for o in obj]
+        items = [map_leaves(o, fn) if isinstance(o, _CONTAINERS) else fn(o) for o in obj]
         if type(obj) in (list, tuple):
             return type(obj)(items)
         if hasattr(obj, "_fields"):
             return type(obj)(*items)
         return type(obj)(items)
     if isinstance(obj, dict):
-        return {k: map_leaves(v, fn) for k, v in obj.items()}
+        return {k: map_leaves(v, fn) if isinstance(v, _CONTAINERS) else fn(v) for k, v in obj.items()}
     return fn(obj)
+
+
+_CONTAINERS = (list, tuple, dict)  # a torch.Size is a tuple: map_leaves hands it to fn whole
 
 
 def wrap_tensors(out, wrap, path):
