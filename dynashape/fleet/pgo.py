@@ -84,6 +84,7 @@ def _rank() -> int | None:
 
 
 _IDS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+_BY_CODE: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # code object -> FunctionId
 
 
 def function_id(cf) -> FunctionId | None:
@@ -96,11 +97,14 @@ def function_id(cf) -> FunctionId | None:
     code = getattr(fn, "__code__", None)
     if code is None:
         return None
-    try:
-        text = inspect.getsource(fn).encode()
-    except (OSError, TypeError):  # defined in a REPL or by exec: hash what the code does
-        text = code.co_code + repr((code.co_names, code.co_varnames)).encode()
-    ident = FunctionId(code.co_filename, code.co_firstlineno, code.co_name, f"{zlib.crc32(text):08x}")
+    ident = _BY_CODE.get(code)  # ds.compile(f) again (after ds.reset()): no second read of the file
+    if ident is None:
+        try:
+            text = inspect.getsource(fn).encode()
+        except (OSError, TypeError):  # defined in a REPL or by exec: hash what the code does
+            text = code.co_code + repr((code.co_names, code.co_varnames)).encode()
+        ident = FunctionId(code.co_filename, code.co_firstlineno, code.co_name, f"{zlib.crc32(text):08x}")
+        _BY_CODE[code] = ident
     _IDS[cf] = ident
     return ident
 

@@ -66,6 +66,7 @@ GLOBAL_HOOKS = ("_global_forward_pre_hooks", "_global_forward_hooks", "_global_b
 MEMBERS = ("_parameters", "_buffers", "_modules")
 _HOOK_FLAGS = ("_forward_hooks_with_kwargs", "_forward_hooks_always_called", "_forward_pre_hooks_with_kwargs")
 _GLOBAL_HOOK_FLAGS = ("_global_forward_hooks_with_kwargs", "_global_forward_hooks_always_called")
+_MODULE_HOOK_KEYS = HOOKS + _HOOK_FLAGS
 
 
 def hook_dicts(modules) -> tuple:
@@ -75,7 +76,11 @@ def hook_dicts(modules) -> tuple:
     from torch.nn.modules import module as _m
     out = [d for d in (getattr(_m, k, None) for k in GLOBAL_HOOKS + _GLOBAL_HOOK_FLAGS) if isinstance(d, dict)]
     for m in modules:
-        out += [d for d in (m.__dict__.get(k) for k in HOOKS + _HOOK_FLAGS) if isinstance(d, dict)]
+        get = m.__dict__.get
+        for k in _MODULE_HOOK_KEYS:
+            d = get(k)
+            if isinstance(d, dict):
+                out.append(d)
     return tuple(out)
 
 
@@ -85,8 +90,16 @@ def state_dicts(modules) -> tuple:
     the global ones). A guard that watches these (guards/native.py) sees any change of that state."""
     modules = list(modules)
     out, seen = [], set()
-    for d in hook_dicts(modules) + tuple(x for m in modules for x in (vars(m), *(vars(m).get(k) for k in MEMBERS))):
+
+    def add(d):
         if isinstance(d, dict) and id(d) not in seen:
             seen.add(id(d))
             out.append(d)
+    for d in hook_dicts(modules):
+        add(d)
+    for m in modules:
+        md = vars(m)
+        add(md)
+        for k in MEMBERS:
+            add(md.get(k))
     return tuple(out)

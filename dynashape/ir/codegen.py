@@ -167,6 +167,11 @@ def generate(g: Graph, name: str = "forward") -> tuple[str, dict]:
         for u in _nodes_in((n.args, n.kwargs)):
             last_use[u] = i
     outputs = set(_nodes_in(g.output_node.args)) if g.output_node else set()
+    readers: dict[Node, int] = {}  # how many statements read each value
+    for n in g.nodes:
+        for u in set(_nodes_in((n.args, n.kwargs))):
+            readers[u] = readers.get(u, 0) + 1
+    em.read_once = {u for u, k in readers.items() if k == 1 and u not in outputs}
     dies_at: dict[int, list] = {}  # node index -> the values last used there (linear, not a scan per node)
     for u, j in last_use.items():
         if u not in outputs:
@@ -312,7 +317,35 @@ def _default_flags(target) -> dict:
     return out
 
 
+# an activation whose input is new memory that nothing else reads can overwrite it: no allocation
+_IN_PLACE = {"relu": ("torch.relu_", False), "sigmoid": ("torch.sigmoid_", True), "tanh": ("torch.tanh_", True)}
+_NEW_MEMORY = {"linear", "addmm", "mm", "bmm", "baddbmm", "matmul", "conv1d", "conv2d", "conv3d"}
+
+
+def _in_place(em: _Emitter, n: Node) -> str | None:
+    """`torch.relu_(linear)` for `relu(linear)` when, without autograd recording either call, the
+    product's result is read by this call alone and not returned: eager's result, one tensor fewer."""
+    op = _IN_PLACE.get(getattr(n.target, "__name__", None))
+    if op is None or n.grad_enabled or len(n.args) != 1 or any(v is not False for v in n.kwargs.values()) \
+            or set(n.kwargs) - {"inplace"} or n.target not in _ACTIVATIONS:
+        return None
+    a = n.args[0]
+    if not (isinstance(a, Node) and a.kind == "call" and not a.grad_enabled and a.modes == n.modes
+            and a in getattr(em, "read_once", ()) and getattr(a.target, "__name__", None) in _NEW_MEMORY
+            and target_name(a.target).startswith("torch.") and getattr(a.meta, "dtype", None) is not None
+            and (a.meta.dtype.is_floating_point or not op[1])):
+        return None
+    return f"{n.name} = {op[0]}({em.arg(a)})"
+
+
+_ACTIVATIONS = {torch.relu, torch.nn.functional.relu, torch.Tensor.relu, torch.sigmoid, torch.Tensor.sigmoid,
+                torch.tanh, torch.Tensor.tanh}
+
+
 def _call(em: _Emitter, n: Node) -> str:
+    fast = _in_place(em, n)
+    if fast is not None:
+        return fast
     args = [em.arg(a) for a in n.args]
     flags = _default_flags(n.target) if n.kwargs else {}
     kw = [f"{k}={em.arg(v)}" for k, v in n.kwargs.items() if not (k in flags and flags[k] is v)]

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import enum
 import types
+import weakref
 
 import torch
 from torch.nn.modules import module as nn_module
@@ -45,6 +46,23 @@ def _plain(v) -> bool:
     if type(v) is dict:
         return all(isinstance(k, _PLAIN) and _plain(x) for k, x in v.items())
     return False
+
+
+_LIBRARY_CLASSES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def _library_class(klass) -> bool:
+    """A class of torch, transformers, the standard library...: its attributes are not guarded."""
+    try:
+        return _LIBRARY_CLASSES[klass]
+    except (KeyError, TypeError):
+        pass
+    out = (klass.__module__ or "").split(".")[0] in _LIBRARIES
+    try:
+        _LIBRARY_CLASSES[klass] = out
+    except TypeError:
+        pass
+    return out
 
 
 def _key_ok(k) -> bool:
@@ -259,7 +277,7 @@ class PyState:
         """Plain class attributes of the user's own classes (`self.use_cache_default` defined on the
         class): read through the instance, changed on the class. Library classes are left out."""
         for klass in cls.__mro__:
-            if id(klass) in self._seen or klass is object or (klass.__module__ or "").split(".")[0] in _LIBRARIES:
+            if id(klass) in self._seen or klass is object or _library_class(klass):
                 continue
             self._seen[id(klass)] = src
             self._keep.append(klass)
@@ -292,6 +310,8 @@ class PyState:
                         f"{src.pretty()} has the attributes {sorted(d)}")
         plain, rest = [], []
         for k, x in d.items():
+            if module and type(k) is str and (k[:1] == "_" or k == "training"):
+                continue  # (the test below, answered fast for a module's many private members)
             if not _key_ok(k) or (module and (k.startswith("_") or k == "training" or (id(obj), k) in self.skip_attrs)):
                 continue
             if k.startswith("__"):

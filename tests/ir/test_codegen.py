@@ -92,3 +92,38 @@ def test_an_argument_named_like_a_symbol_does_not_shadow_it(backend):
     for n, a, b in [(3, 2, 5), (0, 4, 1), (4, 5, 7)]:
         x = torch.randn(n)
         torch.testing.assert_close(cf(x, a, b), f(x, a, b))
+
+
+def _activation_programs():
+    w, b = torch.randn(6, 4), torch.randn(6)
+
+    def only_reader(x):  # the product's result is read by the activation alone: overwritten in place
+        return torch.relu(torch.nn.functional.linear(x, w, b)) + torch.sigmoid(x @ w.t()) + torch.mm(x, w.t()).tanh()
+
+    def also_returned(x):  # returned as well: must keep its own values
+        h = torch.nn.functional.linear(x, w, b)
+        return torch.relu(h), h
+
+    def read_again(x):  # read by a later call too
+        h = x @ w.t()
+        return torch.sigmoid(h) * h
+
+    def integer(x):  # sigmoid of an integer product is a float: no in-place variant
+        n = (x * 10).long()
+        return torch.sigmoid(n @ n.t()), torch.relu(n @ n.t())
+    return [only_reader, also_returned, read_again, integer]
+
+
+@pytest.mark.parametrize("fn", _activation_programs(), ids=lambda f: f.__name__)
+@pytest.mark.parametrize("grad", [False, True])
+def test_activations_overwrite_a_product_only_when_nothing_else_reads_it(fn, grad):
+    cf = ds.compile(fn, dynamic=True, backend="eager")
+    for n in (1, 3, 5):
+        x = torch.randn(n, 4, requires_grad=grad)
+        with torch.set_grad_enabled(grad):
+            got, want = cf(x), fn(x)
+        torch.testing.assert_close(got, want)
+    src = "\n".join(e.fn.source for e in cf.entries if hasattr(e.fn, "source"))
+    found = {op for op in ("relu_(", "sigmoid_(", "tanh_(") if op in src}
+    want = {"only_reader": {"relu_(", "sigmoid_(", "tanh_("}, "integer": {"relu_("}}.get(fn.__name__, set())
+    assert found == (set() if grad else want), src
