@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ..ir.codegen import exec_source
-from ..symbolic.guard_output import ShapeGuard, explain_failure, produce_guards
+from ..symbolic.guard_output import ShapeGuard, explain_failure, produce_guard_spellings
 from ..symbolic.printer import pyexpr
 from ..symbolic.sources import SizeSource, Source
 from ..tracing.inputs import TensorInput, ValueInput
@@ -48,8 +48,7 @@ class GuardSet:
         if self.shape_at is None:
             return None
         lines, at, spell, first = self.shape_at
-        shape_guards = produce_guards(env)
-        fast = produce_guards(env, spell)
+        shape_guards, fast = produce_guard_spellings(env, None, spell)
         lines = list(lines)
         lines[at] = "if not (" + " and ".join(f"({g.code})" for g in fast) + "): return False" if fast else "pass"
         readable = list(self.guards)
@@ -189,8 +188,7 @@ def build_guards(tracer, env, *, globals_=None, closure=None, modules=(), grad_e
             return f"{shape_of[src.base]}[{src.dim}]"
         return src.name()
 
-    shape_guards = produce_guards(env)
-    fast = produce_guards(env, spell)
+    shape_guards, fast = produce_guard_spellings(env, None, spell)
     for src, expr in tracer.derived_sizes:  # sizes declared as expressions of other symbols
         name_of = {sym: ss for sym in expr.free_symbols for ss in env.sources_of(sym)[:1]}
         if all(sym in name_of for sym in expr.free_symbols):

@@ -9,11 +9,12 @@ says in words which one failed and with what values.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 import sympy
 
-from .printer import pyexpr
+from .printer import is_atom_text, pyexpr
 from .ranges import int_oo
 from .sources import Source
 from .userloc import Location
@@ -37,7 +38,43 @@ def produce_guards(env, source_code=None) -> list[ShapeGuard]:
     `source_code(source)` spells a source in the output (default: `source.name()`,
     PyTorch's notation); the guard compiler passes local variable names instead.
     """
-    spell = source_code or (lambda s: s.name())
+    return _render(_templates(env), source_code or (lambda s: s.name()))
+
+
+def produce_guard_spellings(env, *spellings) -> list[list[ShapeGuard]]:
+    """`[produce_guards(env, spell) for spell in spellings]` (None: PyTorch's notation), working
+    out the guards once: only their spelling differs."""
+    found = _templates(env)
+    return [_render(found, spell or (lambda s: s.name())) for spell in spellings]
+
+
+_TOKEN = re.compile("__dsTOK([0-9]+)__")
+
+
+def _render(found, spell) -> list[ShapeGuard]:
+    """The templates of `_templates` with each source spelled by `spell`."""
+    sources, templates = found
+    names = [n if is_atom_text(n) else f"({n})" for n in map(spell, sources)]
+    out = []
+    for code, srcs, location, why, bounds in templates:
+        out.append(ShapeGuard(_TOKEN.sub(lambda m: names[int(m.group(1))], code), list(srcs), location, why,
+                              bounds))
+    return out
+
+
+def _templates(env):
+    """(sources, [(code, sources, location, why, bounds)]): each guard once, its code with every
+    source written as a token (`__dsTOK3__` for sources[3]; the code holds no other name)."""
+    sources: list[Source] = []
+    index: dict = {}
+
+    def spell(src):
+        i = index.get(src)
+        if i is None:
+            i = index[src] = len(sources)
+            sources.append(src)
+        return f"__dsTOK{i}__"
+
     primary: dict[sympy.Symbol, Source] = {}
     for sym, info in env.var_info.items():
         if info.sources and sym not in env._unbacked:
@@ -49,13 +86,13 @@ def produce_guards(env, source_code=None) -> list[ShapeGuard]:
     def printable(expr) -> bool:
         return all(s in primary for s in expr.free_symbols)
 
-    out: list[ShapeGuard] = []
+    out: list = []
     seen: set[str] = set()
 
-    def emit(code, syms, location=None, why=""):
+    def emit(code, srcs, location=None, why="", bounds=None):
         if code not in seen:
             seen.add(code)
-            out.append(ShapeGuard(code, [primary[s] for s in syms if s in primary], location, why))
+            out.append((code, srcs, location, why, bounds))
 
     for sym, info in env.var_info.items():
         if sym not in primary:
@@ -66,17 +103,14 @@ def produce_guards(env, source_code=None) -> list[ShapeGuard]:
                 continue
             for src in info.sources:
                 why = "specialized" if rep.is_Number else "related to other sizes"
-                emit(f"{spell(src)} == {pyexpr(rep, name_of)}",
-                     [sym] + sorted(rep.free_symbols, key=str), env.replacement_locations.get(sym), why)
+                syms = [sym] + sorted(rep.free_symbols, key=str)
+                emit(f"{spell(src)} == {pyexpr(rep, name_of)}", [primary[s] for s in syms if s in primary],
+                     env.replacement_locations.get(sym), why)
                 primary.setdefault(sym, src)
         else:
             for src in info.sources[1:]:
-                g = ShapeGuard(f"{spell(src)} == {spell(primary[sym])}", [primary[sym]], None,
-                               "sizes equal at compile time share one symbol (duck sizing)")
-                g.sources = [src, primary[sym]]
-                if g.code not in seen:
-                    seen.add(g.code)
-                    out.append(g)
+                emit(f"{spell(src)} == {spell(primary[sym])}", [src, primary[sym]], None,
+                     "sizes equal at compile time share one symbol (duck sizing)")
 
     for g in env.guards:
         expr = env.substitute(g.expr)  # not the facts learned from this very guard
@@ -85,7 +119,8 @@ def produce_guards(env, source_code=None) -> list[ShapeGuard]:
         if env.implied_by_ranges(expr):
             continue  # the range guards below imply it (proven, never assumed: a guard learned
             # while it had two symbols narrowed no range, even if a replacement left it one)
-        emit(pyexpr(expr, name_of), sorted(expr.free_symbols, key=str), g.location)
+        emit(pyexpr(expr, name_of), [primary[s] for s in sorted(expr.free_symbols, key=str) if s in primary],
+             g.location)
 
     for sym, info in env.var_info.items():
         if sym not in primary or sym in env.replacements:
@@ -99,9 +134,10 @@ def produce_guards(env, source_code=None) -> list[ShapeGuard]:
         code = (f"{lo} <= " if lo is not None else "") + code + (f" <= {hi}" if hi is not None else "")
         lo_loc, hi_loc = env.bound_locations.get((sym, "lo")), env.bound_locations.get((sym, "hi"))
         why = "sizes 0 and 1 are specialized" if lo == 2 and lo_loc is None else "range of the symbol"
-        emit(code, [sym], None, why)
-        out[-1].bounds = (lo, hi, lo_loc, hi_loc)
-    return out
+        if code not in seen:
+            seen.add(code)
+            out.append((code, [primary[sym]], None, why, (lo, hi, lo_loc, hi_loc)))
+    return sources, out
 
 
 def compile_guards(guards: list[ShapeGuard], name: str = "shape_guards"):

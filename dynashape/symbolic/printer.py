@@ -89,7 +89,7 @@ def _has_rational(e) -> bool:
 
 
 @functools.lru_cache(maxsize=1024)
-def _is_atom_text(text: str) -> bool:
+def is_atom_text(text: str) -> bool:
     """Whether text parses as an atom: a name, call, subscript or attribute."""
     try:
         node = ast.parse(text, mode="eval").body
@@ -119,7 +119,7 @@ class _Printer:
     def __call__(self, e: sympy.Basic) -> tuple[str, int]:
         if e.is_Symbol:
             text = e.name if self.name_of is None else self.name_of(e)
-            return (text, ATOM) if _is_atom_text(text) else (f"({text})", ATOM)
+            return (text, ATOM) if is_atom_text(text) else (f"({text})", ATOM)
         if e.is_Number:
             return _number(e)
         if isinstance(e, BooleanAtom):
