@@ -145,7 +145,7 @@ class Graph:
 
     def symbol(self, sym: sympy.Symbol, of: Node, how: str, index) -> Node:
         """Bind `sym` at run time from `of` (`how` = 'size', 'stride', 'value' or 'item')."""
-        return self.add("symbol", str(sym), sym, (of, how, index), meta=SymExpr(sym))
+        return self.add("symbol", getattr(sym, "name", None) or str(sym), sym, (of, how, index), meta=SymExpr(sym))
 
     def const(self, value, meta, name_hint: str = "const") -> Node:
         return self.add("const", name_hint, value, meta=meta)

@@ -60,6 +60,19 @@ class SymbolInfo:
     description: str | None = None  # unbacked: what the user knows it as, `x.nonzero().size(0)`
 
 
+_SYMBOLS: dict = {}  # (number, kind) -> Symbol: sympy's cache sits behind its slow assumption handling
+
+
+def _symbol(n: int, kind: str) -> sympy.Symbol:
+    sym = _SYMBOLS.get((n, kind))
+    if sym is None:
+        sym = (sympy.Symbol(f"zf{n}", real=True) if kind == "float" else
+               sympy.Symbol(f"s{n}", integer=True, nonnegative=(kind == "size") or None))
+        if len(_SYMBOLS) < 65536:
+            _SYMBOLS[(n, kind)] = sym
+    return sym
+
+
 class ShapeEnv:
     def __init__(self, *, specialize_zero_one: bool = True, duck_shape: bool = True,
                  backed_size_oblivious: bool = False):
@@ -142,12 +155,7 @@ class ShapeEnv:
                 if constraint is not None:
                     self.constraints.setdefault(sym, constraint)
                 return sym
-        if is_float:
-            sym = sympy.Symbol(f"zf{self._nsym}", real=True)
-        elif is_size:
-            sym = sympy.Symbol(f"s{self._nsym}", integer=True, nonnegative=True)
-        else:
-            sym = sympy.Symbol(f"s{self._nsym}", integer=True)
+        sym = _symbol(self._nsym, "float" if is_float else "size" if is_size else "int")
         self._nsym += 1
         self.var_to_val[sym] = hint
         self.var_to_range[sym] = vr

@@ -1,10 +1,14 @@
-"""What the trace read from its inputs: the facts the guards must check."""
+"""What the trace read from its inputs (the facts the guards must check), and the meta stand-ins it
+reads them through."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any
 
+import torch
+
 from ..symbolic.sources import Source
+from .errors import GraphBreak
 
 
 @dataclass
@@ -31,3 +35,38 @@ class ValueInput:
     value: Any
     kind: str  # "const": == value; "type": type(...) is; "id": is the same object; "symint": int, any value
     extra: dict = field(default_factory=dict)
+
+
+def input_meta(t: torch.Tensor) -> torch.Tensor:
+    """The meta stand-in of a real tensor the trace reads: its layout, and the autograd state that
+    decides what ops on it may do (a non-leaf stays a non-leaf, so in-place ops on it are allowed
+    as eager allows them; an inference tensor stays one)."""
+    if t.is_inference():
+        with torch.inference_mode():
+            return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device="meta")
+    meta = torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device="meta")
+    if not t.requires_grad:
+        return meta
+    if t.is_leaf:
+        return meta.requires_grad_(True)
+    src = torch.empty((), dtype=t.dtype, device="meta", requires_grad=True)
+    try:
+        with torch.enable_grad():
+            meta.copy_(src)  # a non-leaf with its own layout (CopyBackwards), not a view
+        return meta
+    except RuntimeError:  # an overlapping layout (expanded): a leaf that requires grad
+        return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device="meta").requires_grad_(True)
+
+
+def check_supported(t: torch.Tensor, source: Source) -> None:
+    """Dense tensors only: sparse, quantized and nested tensors run eagerly, saying which argument."""
+    kind = None
+    if t.is_nested:
+        kind = "nested"
+    elif t.layout is not torch.strided:
+        kind = f"sparse ({str(t.layout).replace('torch.', '')})"
+    elif t.is_quantized:
+        kind = "quantized"
+    if kind is not None:
+        raise GraphBreak(f"argument {source.pretty()} is a {kind} tensor, which dynashape does not support "
+                         "(dense tensors only)", None, "The call runs eagerly.")

@@ -25,7 +25,7 @@ from .datadep import with_history
 from .errors import GraphBreak
 from . import autocast, meta_cache
 from .fake import FakeTensor, make_fake
-from .inputs import TensorInput, ValueInput
+from .inputs import TensorInput, ValueInput, check_supported as _check_supported, input_meta as _input_meta
 from .aliasing import FRESH as _FRESH, VIEW_OR_COPY as _VIEW_OR_COPY, is_inplace as _is_inplace, \
     odd_layout as _odd_layout, written as _written
 from .meta_device import META_IMPL as _META_IMPL, meta_to as _meta_to
@@ -754,41 +754,6 @@ class Tracer:
 _PLAIN = frozenset({int, float, bool, str, type(None), torch.dtype, torch.device, torch.layout,
                     torch.memory_format, type(Ellipsis)})  # values that are their own IR
 _MAX_DEPTH = 64  # nesting of list/tuple/dict arguments traced; deeper runs eagerly
-
-
-def _input_meta(t: torch.Tensor) -> torch.Tensor:
-    """The meta stand-in of a real tensor the trace reads: its layout, and the autograd state that
-    decides what ops on it may do (a non-leaf stays a non-leaf, so in-place ops on it are allowed
-    as eager allows them; an inference tensor stays one)."""
-    if t.is_inference():
-        with torch.inference_mode():
-            return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device="meta")
-    meta = torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device="meta")
-    if not t.requires_grad:
-        return meta
-    if t.is_leaf:
-        return meta.requires_grad_(True)
-    src = torch.empty((), dtype=t.dtype, device="meta", requires_grad=True)
-    try:
-        with torch.enable_grad():
-            meta.copy_(src)  # a non-leaf with its own layout (CopyBackwards), not a view
-        return meta
-    except RuntimeError:  # an overlapping layout (expanded): a leaf that requires grad
-        return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device="meta").requires_grad_(True)
-
-
-def _check_supported(t: torch.Tensor, source: Source) -> None:
-    """Dense tensors only: sparse, quantized and nested tensors run eagerly, saying which argument."""
-    kind = None
-    if t.is_nested:
-        kind = "nested"
-    elif t.layout is not torch.strided:
-        kind = f"sparse ({str(t.layout).replace('torch.', '')})"
-    elif t.is_quantized:
-        kind = "quantized"
-    if kind is not None:
-        raise GraphBreak(f"argument {source.pretty()} is a {kind} tensor, which dynashape does not support "
-                         "(dense tensors only)", None, "The call runs eagerly.")
 
 
 def T_stride(t):

@@ -122,9 +122,10 @@ def schedule(g: Graph, used_elsewhere: frozenset = frozenset()) -> list[Region]:
         if _is_barrier(n):
             epoch += 1
         ep[n] = epoch
-        if n.kind != "call" or ops.family(n) is None or n in unread:
+        fam = ops.family(n) if n.kind == "call" else None
+        if fam is None or n in unread:
             continue
-        if ops.family(n) == "xent":  # a region of its own; its scalar result feeds nothing fused
+        if fam == "xent":  # a region of its own; its scalar result feeds nothing fused
             members[next_id] = [n]
             next_id += 1
             continue
@@ -192,13 +193,13 @@ def finalize(nodes: list, bound: set, used_elsewhere: frozenset = frozenset()) -
         if not (sympy.sympify(x.meta.shape[0]).free_symbols | sympy.sympify(x.meta.shape[1]).free_symbols) <= bound:
             return None
         return Region(nodes, tuple(x.meta.shape), 1, [x, t], [nodes[0]])
+    computing = [m for m in nodes if ops.family(m) in ("pointwise", "reduce", "composite")]
+    if len(computing) < 2:  # the cost model first: a lone activation between products is the usual case
+        return None
     got = analyze(nodes)
     if got is None:
         return None
     D, n_inner = got
-    computing = [m for m in nodes if ops.family(m) in ("pointwise", "reduce", "composite")]
-    if len(computing) < 2:
-        return None
     inside = set(nodes)
     used_outside = [m for m in nodes if m.name in used_elsewhere or any(u not in inside for u in m.users)]
     if not used_outside:
