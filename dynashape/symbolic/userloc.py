@@ -45,10 +45,14 @@ def is_internal(filename: str) -> bool:
 def user_location(skip: int = 1) -> Location | None:
     """The innermost frame that is the user's own code, or None."""
     f = sys._getframe(skip)
+    known = _internal.get
     while f is not None:
         co = f.f_code
         fn = co.co_filename
-        if not is_internal(fn):
+        internal = known(fn)
+        if internal is None:
+            internal = is_internal(fn)
+        if not internal:
             key = (fn, f.f_lineno, co.co_name)
             loc = _locations.get(key)
             if loc is None:

@@ -28,14 +28,14 @@ _UNCACHEABLE = object()
 def _sig(x):
     """Exact description of one argument, or _UNCACHEABLE."""
     if isinstance(x, torch.Tensor):
-        if x.device.type != "meta":
+        if not x.is_meta:
             return _UNCACHEABLE
-        return ("T", tuple(x.shape), tuple(x.stride()), x.storage_offset(), x.dtype, x.requires_grad)
+        return ("T", tuple(x.shape), x.stride(), x.storage_offset(), x.dtype, x.requires_grad)
     if isinstance(x, _PLAIN):
         return (type(x), x)
     if isinstance(x, (list, tuple)):
-        items = tuple(_sig(v) for v in x)
-        return _UNCACHEABLE if _UNCACHEABLE in items else (type(x), items)
+        items = tuple([_sig(v) for v in x])
+        return _UNCACHEABLE if any(i is _UNCACHEABLE for i in items) else (type(x), items)
     if isinstance(x, slice):
         items = (_sig(x.start), _sig(x.stop), _sig(x.step))
         return _UNCACHEABLE if _UNCACHEABLE in items else ("slice", items)
@@ -66,9 +66,22 @@ def modes_now():
 
 
 def _cacheable_op(func) -> bool:
+    try:
+        return _CACHEABLE[func]
+    except (KeyError, TypeError):
+        pass
     name = getattr(func, "__name__", "")
-    return not (name.endswith("_") and not name.endswith("__")) and not name.startswith("__i") \
+    out = not (name.endswith("_") and not name.endswith("__")) and not name.startswith("__i") \
         and name not in ("__setitem__", "copy_", "set_", "resize_")
+    if len(_CACHEABLE) < 4096 and (getattr(func, "__module__", None) or "torch").startswith("torch"):
+        try:  # torch's callables only: the user's would be kept alive
+            _CACHEABLE[func] = out
+        except TypeError:
+            pass
+    return out
+
+
+_CACHEABLE: dict = {}
 
 
 def _spec(out, inputs):
@@ -107,30 +120,31 @@ def call(func, args, kwargs):
         no_dynamo.prepare()
     if not _cacheable_op(func) or "out" in kwargs or kwargs.get("inplace") is True:
         return func(*args, **kwargs)
-    if torch.is_grad_enabled() and any(isinstance(a, torch.Tensor) and a.requires_grad
-                                       for a in leaves((args, kwargs))):
+    tensors = [a for a in leaves((args, kwargs)) if isinstance(a, torch.Tensor)]
+    grad = torch.is_grad_enabled()
+    if grad and any(a.requires_grad for a in tensors):
         # autograd records this call: the output's history (grad_fn, is_leaf, views) must be its own,
         # so the call runs; the aten ops autograd hands down are served from the cache below it
         with _BelowAutograd():
             return func(*args, **kwargs)
-    key = (func, torch.is_grad_enabled(), torch.is_inference_mode_enabled(), autocast_state(), _sig(args),
-           _sig(tuple(sorted(kwargs.items()))))
-    return _through_cache(key, 4, func, args, kwargs)
+    key = (func, grad, torch.is_inference_mode_enabled(), autocast_state(), _sig(args),
+           _sig(tuple(sorted(kwargs.items()))) if kwargs else ())
+    return _through_cache(key, 4, func, args, kwargs, inputs=tensors)
 
 
-def _through_cache(key, described: int, func, args, kwargs, fresh: bool = False):
+def _through_cache(key, described: int, func, args, kwargs, fresh: bool = False, inputs=None):
     """`func(*args, **kwargs)`, or its result rebuilt from the cache entry of `key`, whose items from
     `described` on describe the arguments. `fresh`: the op's schema says its results are new tensors;
-    one that returned an input anyway is not kept."""
-    if _UNCACHEABLE in key[described:]:
+    one that returned an input anyway is not kept. `inputs`: the tensors among the arguments, in order."""
+    if any(k is _UNCACHEABLE for k in key[described:]):
         return func(*args, **kwargs)
     try:
         spec = _cache.get(key)
     except TypeError:  # an unhashable value inside: run it
         return func(*args, **kwargs)
-    inputs = [a for a in leaves((args, kwargs)) if isinstance(a, torch.Tensor)]
-    if spec is not None:
-        _cache.move_to_end(key)
+    if inputs is None:
+        inputs = [a for a in leaves((args, kwargs)) if isinstance(a, torch.Tensor)]
+    if spec is not None:  # (no move_to_end: the oldest entry goes first when it is full)
         return _build(spec, inputs)
     out = func(*args, **kwargs)
     spec = _spec(out, inputs)
