@@ -3,6 +3,7 @@ input itself changed in place. The tracer decides aliasing guards, autograd hist
 call may be re-run from these; the fused backend asks `is_inplace` of graph calls."""
 from __future__ import annotations
 
+from builtins import isinstance  # the builtin, not tracing/pyenv.py's patch (our own frames get its answer anyway)
 import torch
 
 from .meta.common import canonical_strides

@@ -23,6 +23,7 @@ own machinery, not the compiler's): torch has no public getter for them.
 """
 from __future__ import annotations
 
+from builtins import isinstance  # the builtin, not tracing/pyenv.py's patch (our own frames get its answer anyway)
 import contextlib
 
 import torch

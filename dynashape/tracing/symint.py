@@ -8,6 +8,7 @@ reaches our node.
 """
 from __future__ import annotations
 
+from builtins import isinstance  # the builtin, not tracing/pyenv.py's patch (our own frames get its answer anyway)
 import torch
 
 from ..symbolic import symtypes

@@ -536,8 +536,11 @@ class Tracer:
                                                 f"so it must be >= 0")
                     self.env.mark_size_like(x.node.expr)
         ir_args, ir_kwargs = self.to_ir(args, True), self.to_ir(kwargs, True)
-        meta = _map(out, lambda x: self._tensor_meta(shapes[index[id(x)]], x) if isinstance(x, torch.Tensor)
-                    else None) if outs else None
+        if type(out) is torch.Tensor:  # the usual single result (a meta tensor of the cache or the meta run)
+            meta = self._tensor_meta(shapes[0], out)
+        else:
+            meta = _map(out, lambda x: self._tensor_meta(shapes[index[id(x)]], x) if isinstance(x, torch.Tensor)
+                        else None) if outs else None
         short = _short_name(func)
         node = self.graph.call(func, ir_args, ir_kwargs, meta, user_location(),
                                torch.is_grad_enabled(), name_hint=short)
@@ -571,18 +574,19 @@ class Tracer:
             for k in path:
                 n = self.graph.call(operator.getitem, (n, k), {}, self._tensor_meta(shapes[i], x),
                                     None, torch.is_grad_enabled(), name_hint=f"{node.name}_{k}")
+            is_view = x._is_view()
             fake = make_fake(x, shapes[i], n, device, self)
             # its layout follows its base's, which the trace does not model; reshape & co return a view or
             # a copy depending on the sizes and strides of the call, so their layout is a view's too
             # (a view of such a result too: whose view it is, and so its history, follows that layout)
-            fake.ds_view_or_copy = short in _VIEW_OR_COPY or (x._is_view() and any(
+            fake.ds_view_or_copy = short in _VIEW_OR_COPY or (is_view and any(
                 getattr(a, "ds_view_or_copy", False) for a in arg_leaves if isinstance(a, FakeTensor)))
-            fake.ds_view = x._is_view() or fake.ds_view_or_copy
+            fake.ds_view = is_view or fake.ds_view_or_copy
             fake.ds_odd_layout = odd_inputs or (not fake.ds_view and _odd_layout(x))
             fake.ds_may_alias = returns_input
             return fake
 
-        return _wrap_out(out, wrap, ())
+        return wrap(out, ()) if type(out) is torch.Tensor else _wrap_out(out, wrap, ())
 
     # ----------------------------------------------------------------- speculation
     def _speculation_blocked(self) -> str | None:

@@ -1,6 +1,7 @@
 """Shape helpers shared by the meta rules."""
 from __future__ import annotations
 
+from builtins import isinstance  # the builtin, not tracing/pyenv.py's patch (our own frames get its answer anyway)
 import sympy
 
 from ...symbolic.errors import DataDependentError
