@@ -535,11 +535,27 @@ def _compile_all(rts: list) -> list:
 
 def build_fused(graph: Graph, name: str = "forward"):
     """(fused forward, regions); (None, []) when nothing in the graph fuses."""
-    ok = _compile_all(plan(graph))
+    ok = _compile_all(plan(graph)) if _may_fuse(graph) else []
     products = _products([graph])
     if not ok and not products:
         return None, []
     return compile_graph(rewrite(graph, ok, products), name), ok
+
+
+def _may_fuse(g: Graph) -> bool:
+    """Whether `schedule` could find a region: a cross-entropy (a region of its own), or a call of the
+    loop model's ops reading another's result (every region of two or more calls has such a pair; a
+    lone activation between matrix products, the usual MLP, has none)."""
+    for n in g.nodes:
+        if n.kind != "call":
+            continue
+        name = ops.op_name(n.target)
+        if name is None:
+            continue
+        if name in ops.XENT or any(u.kind == "call" and ops.op_name(u.target) is not None
+                                   for u in _nodes_in((n.args, n.kwargs))):
+            return True
+    return False
 
 
 def _products(graphs) -> bool:
