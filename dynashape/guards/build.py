@@ -266,6 +266,7 @@ def _module_guards(modules, member_checks, state_guard, symbolic_attributes, con
             extra.append((cond, f"{src.name()}.{a} == {val!r}", (f"{src.pretty()}.{a}", f"{mv}.{a}")))
         readable.append(" and ".join(f"{src.name()}.{a} == {val!r}" for a, val in [("training", m.training)] + attrs))
     lines = []
+    dicts = None
     if modules:  # hooks added or removed since the trace
         dicts = module_epoch.hook_dicts(m for _, m in modules)
         full = tuple(d for d in dicts if d)
@@ -278,7 +279,8 @@ def _module_guards(modules, member_checks, state_guard, symbolic_attributes, con
     if not gated:
         return lines
     owners = list({id(m): m for m in [m for _, m in modules] + walked}.values())
-    watched = module_epoch.state_dicts(owners)
+    same = dicts is not None and [id(m) for m in owners] == [id(m) for _, m in modules]  # (then its hook dicts)
+    watched = module_epoch.state_dicts(owners, dicts if same else None)
     ordered = tuple(d for d in watched if type(d) is not dict and d)
     if ordered:  # hooks the trace ran: an OrderedDict is reordered in place without a write (move_to_end)
         ns["_chain"] = itertools.chain.from_iterable

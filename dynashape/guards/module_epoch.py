@@ -84,7 +84,7 @@ def hook_dicts(modules) -> tuple:
     return tuple(out)
 
 
-def state_dicts(modules) -> tuple:
+def state_dicts(modules, hooks: tuple | None = None) -> tuple:
     """Every dict a module call reads its state from: each module's `__dict__` (plain attributes,
     `training`), the dicts of its parameters, buffers and submodules, and the hook dicts (its own and
     the global ones). A guard that watches these (guards/native.py) sees any change of that state."""
@@ -95,7 +95,7 @@ def state_dicts(modules) -> tuple:
         if isinstance(d, dict) and id(d) not in seen:
             seen.add(id(d))
             out.append(d)
-    for d in hook_dicts(modules):
+    for d in hook_dicts(modules) if hooks is None else hooks:  # `hooks`: hook_dicts(modules), known already
         add(d)
     for m in modules:
         md = vars(m)

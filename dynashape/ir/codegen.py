@@ -325,10 +325,10 @@ _NEW_MEMORY = {"linear", "addmm", "mm", "bmm", "baddbmm", "matmul", "conv1d", "c
 def _in_place(em: _Emitter, n: Node) -> str | None:
     """`torch.relu_(linear)` for `relu(linear)` when, without autograd recording either call, the
     product's result is read by this call alone and not returned: eager's result, one tensor fewer."""
-    op = _IN_PLACE.get(getattr(n.target, "__name__", None))
-    if op is None or n.grad_enabled or len(n.args) != 1 or any(v is not False for v in n.kwargs.values()) \
-            or set(n.kwargs) - {"inplace"} or n.target not in _ACTIVATIONS:
+    if not any(n.target is f for f in _ACTIVATIONS) or n.grad_enabled or len(n.args) != 1 \
+            or set(n.kwargs) - {"inplace"} or any(v is not False for v in n.kwargs.values()):
         return None
+    op = _IN_PLACE[n.target.__name__]
     a = n.args[0]
     if not (isinstance(a, Node) and a.kind == "call" and not a.grad_enabled and a.modes == n.modes
             and a in getattr(em, "read_once", ()) and getattr(a.target, "__name__", None) in _NEW_MEMORY
@@ -338,8 +338,8 @@ def _in_place(em: _Emitter, n: Node) -> str | None:
     return f"{n.name} = {op[0]}({em.arg(a)})"
 
 
-_ACTIVATIONS = {torch.relu, torch.nn.functional.relu, torch.Tensor.relu, torch.sigmoid, torch.Tensor.sigmoid,
-                torch.tanh, torch.Tensor.tanh}
+_ACTIVATIONS = (torch.relu, torch.nn.functional.relu, torch.Tensor.relu, torch.sigmoid, torch.Tensor.sigmoid,
+                torch.tanh, torch.Tensor.tanh)
 
 
 def _call(em: _Emitter, n: Node) -> str:
