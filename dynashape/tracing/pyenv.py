@@ -227,6 +227,22 @@ def _patches():
     return out
 
 
+_made: list = []  # [(owner, name, original, patch)] of the last _patches(), reused while every original stays
+
+
+def _current_patches() -> list:
+    """`_patches()`, made again only when an original changed (a user's monkeypatch, numpy imported)."""
+    np = sys.modules.get("numpy")
+    if _made and _made[0] is np and all(owner.__dict__.get(name) is orig for owner, name, orig, _ in _made[1:]):
+        return [(owner, name, fn) for owner, name, _, fn in _made[1:]]
+    fresh = _patches()
+    _made[:] = [np] + [(owner, name, owner.__dict__.get(name, _MISSING), fn) for owner, name, fn in fresh]
+    return fresh
+
+
+_MISSING = object()
+
+
 @contextlib.contextmanager
 def trace_environment(export: bool = False):
     """Install the patches (once, for the outermost trace of any thread); yields the dict of
@@ -236,7 +252,7 @@ def trace_environment(export: bool = False):
     reads: dict = {}
     with _lock:
         if not _threads:
-            for owner, name, fn in _patches():
+            for owner, name, fn in _current_patches():
                 _saved.append((owner, name, owner.__dict__.get(name, getattr(owner, name))))
                 setattr(owner, name, fn)
         _threads[me] = _threads.get(me, 0) + 1
