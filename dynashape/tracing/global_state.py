@@ -92,12 +92,16 @@ def _handlers(tracer) -> dict:
             return value
         return fn
 
-    out = {"manual_seed": manual_seed, "print": print_, "max": _min_max("max", sym_max),
-           "min": _min_max("min", sym_min)}
+    if not _SHARED:  # the handlers that read no tracer: made once (they look up _ORIGINAL when called)
+        _SHARED.update({"max": _min_max("max", sym_max), "min": _min_max("min", sym_min)})
+        _SHARED.update({f"math.{n}": _math_call(n) for n in MATH_CALLS})
+    out = dict(_SHARED, manual_seed=manual_seed, print=print_)
     out.update({n: flag_reader(n) for n in FLAG_GETTERS if n in _ORIGINAL})
-    out.update({f"math.{n}": _math_call(n) for n in MATH_CALLS})
     out.update({n: refuse(n) for n in _BREAKS if n in _ORIGINAL})
     return out
+
+
+_SHARED: dict = {}
 
 
 def _math_call(name):
