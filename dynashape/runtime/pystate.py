@@ -25,7 +25,7 @@ import weakref
 import torch
 from torch.nn.modules import module as nn_module
 
-from ..guards import module_epoch
+from ..guards import module_epoch, native
 from ..symbolic.sources import AttrSource, ItemSource, Source
 from ..tracing.outputs import Template, build, builder
 from .annotations import ANY as _MARKED_ANY
@@ -442,13 +442,30 @@ class PyState:
     # ------------------------------------------------------------ snapshot, effects, restore
     def snapshot(self) -> None:
         self._snap = [(kind, obj, src, _contents(kind, obj)) for kind, obj, src in self.containers]
+        self._own_dicts = [(obj, vars(obj)) for kind, obj, _ in self.containers if kind == "attrs"]
+        # the dicts' version tags (guards/native.py): finish and restore compare contents only when
+        # one was written since (lists have no tag: always compared); the stand-in says "written"
+        owners = [obj for kind, obj, _ in self.containers if kind == "attrs"]
+        dicts = [obj for kind, obj, _ in self.containers if kind == "dict" and isinstance(obj, dict)]
+        if len(owners) + len(dicts) == sum(kind != "list" for kind, _, _ in self.containers):
+            self._written = native.watch(dicts + [vars(o) for o in owners], owners)
+            self._written.commit(self._written.snap())
+        else:  # a container the tags cannot cover: everything is compared
+            self._written = None
+
+    def _dicts_unwritten(self) -> bool:
+        w = getattr(self, "_written", None)
+        return w is not None and w()
 
     def finish(self, out):
         """Called at the end of the trace: the output and the side effects as one flat IR tuple."""
         tmpl = Template(self.tracer, self.readers)
         self.template = tmpl
         self.out_spec = tmpl.of(out)
+        unwritten = self._dicts_unwritten()
         for kind, obj, src, before in self._snap:
+            if unwritten and kind != "list":
+                continue
             now = _contents(kind, obj)
             if kind == "list":
                 if len(now) != len(before) or any(a is not b for a, b in zip(now, before)):
@@ -467,7 +484,13 @@ class PyState:
     def restore(self) -> None:
         for cell, x in self._cells:
             cell.cell_contents = x
+        for obj, d in getattr(self, "_own_dicts", ()):  # `obj.__dict__ = {...}` in the trace: its own dict back
+            if vars(obj) is not d:
+                object.__setattr__(obj, "__dict__", d)
+        unwritten = self._dicts_unwritten()
         for kind, obj, src, before in getattr(self, "_snap", ()):
+            if unwritten and kind != "list":
+                continue
             now = _contents(kind, obj)
             if kind == "list":
                 if len(now) != len(before) or any(a is not b for a, b in zip(now, before)):
