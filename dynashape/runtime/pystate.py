@@ -306,7 +306,7 @@ class PyState:
         dv = self._name("d")
         if not module:
             self.lines.append(f"{dv} = {var}.__dict__")
-        if not module:            self._check(f"{dv}.keys() == {self._const(set(d), 'keys')}",
+            self._check(f"{dv}.keys() == {self._const(set(d), 'keys')}",
                         f"{src.pretty()} has the attributes {sorted(d)}")
         plain, rest = [], []
         for k, x in d.items():
