@@ -93,7 +93,9 @@ def one_run(make, model, xs, refs, check):
     fn, compiles, cf = make(model, xs)
     gc.collect()
     t0 = time.perf_counter()
-    outs = [fn(x) for x in xs]
+    outs = [fn(xs[0])]
+    first = time.perf_counter() - t0
+    outs += [fn(x) for x in xs[1:]]
     cold = time.perf_counter() - t0
     n = compiles()
     t0 = time.perf_counter()
@@ -109,7 +111,7 @@ def one_run(make, model, xs, refs, check):
         st = cf.stats
         stats = dict(reasons=list(st.recompile_reasons), breaks=list(st.graph_breaks),
                      fallbacks=list(getattr(st, "fallbacks", [])))
-    return cold, warm, n, stats
+    return cold, warm, n, stats, first
 
 
 def main():
@@ -127,13 +129,15 @@ def main():
     last = {}
     with torch.no_grad():
         refs = [model(x) for x in xs]
+        firsts = {k: [] for k in names}
         for k in names:  # warm-up, unmeasured, checks results against eager
             one_run(CONTESTANTS[k], model, xs, refs, check=True)
         for r in range(REPEATS):
             order = names[r % len(names):] + names[:r % len(names)]
             for k in order:
-                cold, w, n, stats = one_run(CONTESTANTS[k], model, xs, refs, check=False)
+                cold, w, n, stats, first = one_run(CONTESTANTS[k], model, xs, refs, check=False)
                 times[k].append(cold)
+                firsts[k].append(first)
                 warm[k].append(w)
                 compiles[k].add(n)
                 if stats is not None:
@@ -141,11 +145,11 @@ def main():
     med = {k: statistics.median(v) for k, v in times.items()}
     med_warm = {k: statistics.median(v) for k, v in warm.items()}
     print(f"  {'contestant':20s} {'total ms':>9s} {'per call us':>12s} {'compiles':>9s} {'warm pass ms':>13s}"
-          f"   runs (ms)")
+          f" {'first call ms':>14s}   runs (ms)")
     for k in names:
         n = "/".join(str(c) for c in sorted(compiles[k]))
-        print(f"  {k:20s} {med[k] * 1e3:9.1f} {med[k] / N_CALLS * 1e6:12.1f} {n:>9s} {med_warm[k] * 1e3:13.1f}   "
-              + " ".join(f"{t * 1e3:.1f}" for t in times[k]))
+        print(f"  {k:20s} {med[k] * 1e3:9.1f} {med[k] / N_CALLS * 1e6:12.1f} {n:>9s} {med_warm[k] * 1e3:13.1f}"
+              f" {statistics.median(firsts[k]) * 1e3:14.2f}   " + " ".join(f"{t * 1e3:.1f}" for t in times[k]))
     for k, st in last.items():
         if st["breaks"] or st["fallbacks"]:
             print(f"  WARNING {k}: graph breaks {st['breaks']}, fallbacks {st['fallbacks']}")

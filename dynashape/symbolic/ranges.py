@@ -71,6 +71,9 @@ def _key(x):
     return Fraction(r.p, r.q)
 
 
+exact = _key  # for other modules: a sympy number as an exact Python number, to compare fast
+
+
 def _min(*xs):
     return min(xs, key=_key)
 

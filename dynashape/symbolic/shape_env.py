@@ -19,7 +19,8 @@ import sympy
 from .errors import DataDependentError, InvalidHintError
 from .functions import Mod
 from .printer import sympy_str
-from .ranges import ValueRanges, bound_sympy, int_oo
+from .ranges import ValueRanges, bound_sympy, exact, int_oo
+from .symbols import symbol as _symbol
 from .constraints import DimConstraint, Violation, raise_violations
 from .relations import EQ, LE, LT, NE, canon, negate, normalise_sign, rebuild
 from . import tracehook as _th
@@ -58,19 +59,6 @@ class SymbolInfo:
     location: Location | None = None
     initial_range: ValueRanges | None = None  # at creation: 0/1 specialization and user min/max
     description: str | None = None  # unbacked: what the user knows it as, `x.nonzero().size(0)`
-
-
-_SYMBOLS: dict = {}  # (number, kind) -> Symbol: sympy's cache sits behind its slow assumption handling
-
-
-def _symbol(n: int, kind: str) -> sympy.Symbol:
-    sym = _SYMBOLS.get((n, kind))
-    if sym is None:
-        sym = (sympy.Symbol(f"zf{n}", real=True) if kind == "float" else
-               sympy.Symbol(f"s{n}", integer=True, nonnegative=(kind == "size") or None))
-        if len(_SYMBOLS) < 65536:
-            _SYMBOLS[(n, kind)] = sym
-    return sym
 
 
 class ShapeEnv:
@@ -375,14 +363,16 @@ class ShapeEnv:
         if sign < 0:
             vr = ValueRanges(-vr.hi, -vr.lo)
         target = -k  # the relation is: d0 kind target
+        fast = target.is_Number and not vr.is_bool  # exact Python numbers: sympy compares ~50x slower
+        lo, hi, t = (exact(vr.lo), exact(vr.hi), exact(target)) if fast else (vr.lo, vr.hi, target)
         if kind == LE:
-            return True if vr.hi <= target else (False if vr.lo > target else None)
+            return True if hi <= t else (False if lo > t else None)
         if kind == LT:
-            return True if vr.hi < target else (False if vr.lo >= target else None)
+            return True if hi < t else (False if lo >= t else None)
         equal = None
-        if vr.is_singleton() and vr.lo == target:
+        if vr.is_singleton() and lo == t:
             equal = True
-        elif not (vr.lo <= target <= vr.hi) or (e, sign * target) in self.not_equal:
+        elif not (lo <= t <= hi) or (e, sign * target) in self.not_equal:
             equal = False
         if equal is None:
             return None
