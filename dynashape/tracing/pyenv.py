@@ -227,7 +227,7 @@ def _patches():
     return out
 
 
-_made: list = []  # [(owner, name, original, patch)] of the last _patches(), reused while every original stays
+_made: list = []  # [numpy or None, (owner, name, original, patch), ...]: the last _patches() and what they wrap
 
 
 def _current_patches() -> list:
