@@ -138,8 +138,11 @@ def compare(want, got, reference=None, perturbed=None):
         for i, d in pending:
             if perturbed is not None and _rounding_decides(want, i, perturbed):
                 continue
-            if not (i < len(ref) and ref[i][0] == want[i][0] and near(want[i][1], got[i][1], ref[i][1])):
-                return "wrong", "", f"{d}\n  compiled: {_short(got[i][1])}\n  eager:    {_short(want[i][1])}"
+            if i < len(ref) and ref[i][0] == want[i][0] and near(want[i][1], got[i][1], ref[i][1]):
+                continue
+            if perturbed is not None and _noise_explains(want, got, i, perturbed):
+                continue
+            return "wrong", "", f"{d}\n  compiled: {_short(got[i][1])}\n  eager:    {_short(want[i][1])}"
     return None
 
 
@@ -153,6 +156,33 @@ def _rounding_decides(want, i, perturbed, tries=3) -> bool:
         if i < len(rec) and rec[i][0] == want[i][0] and difference(w, rec[i][1]) is not None:
             return True
     return False
+
+
+def _noise_explains(want, got, i, perturbed, tries=3) -> bool:
+    """Whether eager's own float result at record `i` moves, when the inputs move by 1e-6, about as far
+    as the compiled one differs from it, element by element: the program amplifies rounding there
+    (an rms_norm of a sum that cancels to ~0 multiplies float32's noise by 1/sqrt(eps); eager's
+    float32 sum may land on exactly 0 where any other order does not: train fuzz seed 25112925,
+    where Inductor is farther from eager than ours). The float64 arbiter cannot tell: float64 has
+    its own eps. A real error is past eager's own spread by far."""
+    ws, gs = list(_tensors(want[i][1])), list(_tensors(got[i][1]))
+    if not ws or len(ws) != len(gs) or not all(t.dtype.is_floating_point and t.shape == g.shape
+                                                for t, g in zip(ws, gs)):
+        return False
+    spread = [torch.zeros(t.shape, dtype=torch.float64) for t in ws]
+    for k in range(tries):
+        rec = perturbed(k)
+        if not (i < len(rec) and rec[i][0] == want[i][0]):
+            return False
+        ps = list(_tensors(rec[i][1]))
+        if len(ps) != len(ws) or any(p.shape != t.shape for p, t in zip(ps, ws)):
+            return False
+        spread = [torch.maximum(s, (p.double() - t.double()).abs().nan_to_num(0.0)) for s, p, t in zip(spread, ps, ws)]
+    for g, t, s in zip(gs, ws, spread):
+        off = (g.double() - t.double()).abs()
+        if not bool(((off <= 2 * s + 1e-5) | (g.isnan() & t.isnan()) | (g == t)).all()):
+            return False
+    return True
 
 
 def _tensors(v):

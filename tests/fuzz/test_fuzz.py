@@ -408,3 +408,20 @@ def test_a_training_failure_is_reduced_to_a_script_that_reproduces_it_standalone
     assert ns["main"]() == 1
     monkeypatch.setattr(fuzz_run.ds, "compile", _GradScaled(1.0))
     assert ns["main"]() == 0
+
+
+def test_eager_s_own_spread_under_input_noise_explains_an_amplified_rounding_and_not_a_wrong_value():
+    # train fuzz seed 25112925: rms_norm(v2.sum() * v2) with v2 layer-normalised: the sum cancels to
+    # ~0 (eager's float32 sum landed on exactly 0, ours and Inductor's ~3e-7) and rms_norm multiplies
+    # it by 1/sqrt(eps): outputs ~1e-3 apart; eager's own result moves that far when the inputs move
+    # by 1e-6. A value off by more than eager's own spread is still wrong.
+    pattern = torch.tensor([0.7, -1.2, 0.5])
+    eager = [("out", (torch.zeros(3),))]
+    noisy = [[("out", (pattern * s,))] for s in (1.9e-3, -0.4e-3, 0.0)]
+    ours = [("out", (pattern * 1.3e-3,))]
+    ref = [("out", (pattern.double() * 1e-7,))]
+    assert compare(eager, ours, lambda: ref, lambda k: noisy[k]) is None
+    assert compare(eager, ours, lambda: ref)[0] == "wrong"  # without eager's spread: past the float64 arbiter
+    kind, _, _ = compare(eager, [("out", (pattern * 1.3e-3 + torch.tensor([0.0, 0.0, 0.1]),))], lambda: ref,
+                         lambda k: noisy[k])
+    assert kind == "wrong"
