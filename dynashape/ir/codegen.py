@@ -161,16 +161,16 @@ def generate(g: Graph, name: str = "forward") -> tuple[str, dict]:
     em.ns.update(g.namespace)
     used_symbols = g.free_symbols_used()
     last_use: dict[Node, int] = {}
+    readers: dict[Node, int] = {}  # how many statements read each value (an unused symbol's too)
     for i, n in enumerate(g.nodes):
+        read = set(_nodes_in((n.args, n.kwargs)))
+        for u in read:
+            readers[u] = readers.get(u, 0) + 1
         if n.kind == "symbol" and n.target not in used_symbols:
             continue
-        for u in _nodes_in((n.args, n.kwargs)):
+        for u in read:
             last_use[u] = i
     outputs = set(_nodes_in(g.output_node.args)) if g.output_node else set()
-    readers: dict[Node, int] = {}  # how many statements read each value
-    for n in g.nodes:
-        for u in set(_nodes_in((n.args, n.kwargs))):
-            readers[u] = readers.get(u, 0) + 1
     em.read_once = {u for u, k in readers.items() if k == 1 and u not in outputs}
     dies_at: dict[int, list] = {}  # node index -> the values last used there (linear, not a scan per node)
     for u, j in last_use.items():
