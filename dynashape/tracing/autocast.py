@@ -18,8 +18,10 @@ from __future__ import annotations
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from ..symbolic.userloc import user_location
 from . import no_dynamo
-from .tree import leaves
+from .errors import GraphBreak
+from .tree import leaves, map_leaves, wrap_tensors
 
 _DEVICES = ("cpu", "cuda")
 
@@ -33,6 +35,38 @@ def active_for(args, kwargs) -> str | None:
             dev = a.ds_device.type
             return dev if dev in _DEVICES and torch.is_autocast_enabled(dev) else None
     return None
+
+
+def meta_run(device: str, impl, meta_args, meta_kwargs, name: str):
+    """The meta run of a call under autocast: its inputs cast as autocast casts them on `device`,
+    its results in the dtypes autocast gives."""
+    got = probe(device, impl, meta_args, meta_kwargs)
+    if got is None:
+        raise GraphBreak(f"{name} under autocast: the dtype autocast gives its result could not be "
+                         "worked out", user_location(),
+                         "What to do: call it outside the autocast block, or outside the compiled function.")
+    casts, dtypes = got
+    k = iter(range(1 << 30))
+
+    def cast(x):
+        if isinstance(x, torch.Tensor):
+            i = next(k)
+            if i in casts and x.dtype != casts[i]:
+                return x.to(casts[i])  # eager's ToCopyBackward0 on the way in
+        return x
+    margs, mkwargs = map_leaves((meta_args, meta_kwargs), cast)
+    with torch.autocast(device, enabled=False):
+        out = impl(*margs, **mkwargs)
+    j = iter(range(1 << 30))
+
+    def fix(x):
+        want = dtypes[next(j)] if len(dtypes) else x.dtype
+        if x.dtype == want:
+            return x
+        y = x.to(want)  # a cast inside a decomposition: the result's own node is not known
+        y.ds_grad_fn = ""
+        return y
+    return wrap_tensors(out, lambda x, path: fix(x), ())
 
 
 class _Probe(TorchDispatchMode):

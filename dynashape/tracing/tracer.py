@@ -23,7 +23,7 @@ from ..symbolic.symtypes import SymBase
 from ..symbolic.userloc import user_location
 from .datadep import with_history
 from .errors import GraphBreak
-from . import autocast, meta_cache
+from . import autocast, meta_cache, op_memo
 from .fake import FakeTensor, make_fake
 from .inputs import TensorInput, ValueInput, check_supported as _check_supported, input_meta as _input_meta
 from .aliasing import FRESH as _FRESH, VIEW_OR_COPY as _VIEW_OR_COPY, is_inplace as _is_inplace, \
@@ -101,6 +101,7 @@ class Tracer:
         self.visible_effects: list[str] = []  # what a side exit could not undo (in-place on an input)
         self._input_of: dict[int, tuple] = {}  # id(input fake) -> (source, real tensor)
         self.input_facts: dict = {}  # (source, attribute) -> value read of the caller's tensor: guarded
+        self._op_memo: dict = {}  # op_memo.key -> recipe: calls met again with the same symbolic arguments
 
     # ----------------------------------------------------------------- inputs
     def register_module(self, module: torch.nn.Module, source: Source) -> None:
@@ -360,12 +361,21 @@ class Tracer:
 
     def call_op(self, func, rule, args, kwargs):
         args, kwargs = _map((args, kwargs), self._lift_leaf)
+        memo = op_memo.lookup(self, func, args, kwargs) if not _is_inplace(func, kwargs) else None
+        if memo is not None and memo[1] is not None:  # met before with the same symbolic arguments
+            return op_memo.replay(self, func, args, kwargs, memo[1], _short_name(func))
+        out = self._call_op(func, rule, args, kwargs)
+        if memo is not None:
+            op_memo.remember(self, memo, func, args, kwargs, out)
+        return out
+
+    def _call_op(self, func, rule, args, kwargs):
         self.note_inplace(func, args, kwargs)
         meta_args, meta_kwargs, device = self._meta_args(func, args, kwargs)
         try:
             amp = autocast.active_for(args, kwargs)
             if amp is not None:
-                out = self._autocast_meta(amp, func, meta_args, meta_kwargs)
+                out = autocast.meta_run(amp, _META_IMPL.get(func, func), meta_args, meta_kwargs, _fname(func))
             else:
                 out = meta_cache.call(_META_IMPL.get(func, func), meta_args, meta_kwargs)
         except (NotImplementedError, RuntimeError) as e:  # e.g. nonzero, or F.one_hot reading .item()
@@ -393,38 +403,6 @@ class Tracer:
         else:
             shapes = self._fallback(func, args, kwargs, out)
         return self._record(func, args, kwargs, out, shapes, device)
-
-    def _autocast_meta(self, device: str, func, meta_args, meta_kwargs):
-        """The meta run of a call under autocast: its inputs cast as autocast casts them on `device`,
-        its results in the dtypes autocast gives (tracing/autocast.py)."""
-        impl = _META_IMPL.get(func, func)
-        got = autocast.probe(device, impl, meta_args, meta_kwargs)
-        if got is None:
-            raise GraphBreak(f"{_fname(func)} under autocast: the dtype autocast gives its result could not be "
-                             "worked out", user_location(),
-                             "What to do: call it outside the autocast block, or outside the compiled function.")
-        casts, dtypes = got
-        k = iter(range(1 << 30))
-
-        def cast(x):
-            if isinstance(x, torch.Tensor):
-                i = next(k)
-                if i in casts and x.dtype != casts[i]:
-                    return x.to(casts[i])  # eager's ToCopyBackward0 on the way in
-            return x
-        margs, mkwargs = _map((meta_args, meta_kwargs), cast)
-        with torch.autocast(device, enabled=False):
-            out = impl(*margs, **mkwargs)
-        j = iter(range(1 << 30))
-
-        def fix(x):
-            want = dtypes[next(j)] if len(dtypes) else x.dtype
-            if x.dtype == want:
-                return x
-            y = x.to(want)  # a cast inside a decomposition: the result's own node is not known
-            y.ds_grad_fn = ""
-            return y
-        return _wrap_out(out, lambda x, path: fix(x), ())
 
     def _unbacked(self, s) -> bool:
         return isinstance(s, SymBase) and not s.node.expr.free_symbols.isdisjoint(self.env._unbacked)
