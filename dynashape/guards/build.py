@@ -11,6 +11,7 @@ says in words which one failed.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 import math
 import operator
@@ -34,7 +35,7 @@ _DTYPE = lambda d: str(d).replace("torch.", "")  # noqa: E731
 class GuardSet:
     fn: object  # fn(L) -> bool
     source: str  # its generated code
-    guards: list[str]  # human-readable, PyTorch's notation
+    readable: list  # `guards`, each a str or a function that writes it (when first asked)
     tensors: list[TensorInput]
     values: list[ValueInput]
     shape_guards: list[ShapeGuard]
@@ -42,6 +43,14 @@ class GuardSet:
     extra: list = field(default_factory=list)  # (code over L/G/C, readable text)
     state_guard: object = None  # the Python-state checks (None when they hold), see runtime/pystate.py
     shape_at: tuple | None = None  # (lines, index of the shape line, spell, index in guards): with_env
+
+    @property
+    def guards(self) -> list[str]:
+        """The checks in PyTorch's notation, human-readable."""
+        out = self.__dict__.get("_guards")
+        if out is None:
+            out = self.__dict__["_guards"] = [x() if callable(x) else x for x in self.readable]
+        return out
 
     def with_env(self, env) -> "GuardSet | None":
         """The same checks with the shape guards of `env` (symbolic/widen.py's wider ranges), or None."""
@@ -55,7 +64,7 @@ class GuardSet:
         readable[first:first + len(self.shape_guards)] = [g.code for g in shape_guards]
         ns, src = {k: v for k, v in self.ns.items() if k != "guard"}, _source(lines)
         exec_source(src, "guards", ns)
-        return dataclasses.replace(self, fn=ns["guard"], source=src, guards=readable,
+        return dataclasses.replace(self, fn=ns["guard"], source=src, readable=readable,
                                    shape_guards=shape_guards, ns=ns, shape_at=(lines, at, spell, first))
 
     def __call__(self, L) -> bool:
@@ -138,7 +147,7 @@ def build_guards(tracer, env, *, globals_=None, closure=None, modules=(), grad_e
             pv = const(t.example, "p")
             member_checks.append(f"if {t.source.code()} is not {pv}: return False")
             pinned.append((t.example, (t.requires_grad, torch.Size(t.sizes), t.dtype, t.device)))
-            readable.append(_tensor_text(t, False).replace("check_tensor(", "check_parameter(", 1))
+            readable.append(functools.partial(_tensor_text, t, False, param=True))
             continue
         lines.append(f"if not ({full}): return False")
         lines.append(f"{v}s = {v}.shape")
@@ -155,7 +164,7 @@ def build_guards(tracer, env, *, globals_=None, closure=None, modules=(), grad_e
                 lines.append(f"if {v}.stride() != {t.strides!r}: return False")
         if tracer.offsets_observed:
             lines.append(f"if {v}.storage_offset() != {t.storage_offset}: return False")
-        readable.append(_tensor_text(t, tracer.strides_observed, tracer.offsets_observed))
+        readable.append(functools.partial(_tensor_text, t, tracer.strides_observed, tracer.offsets_observed))
 
     alias_extra = _aliasing_guards(tracer, local_of, lines, readable, ns)
     alias_extra += _input_fact_guards(tracer, lines, readable, const)
@@ -257,11 +266,12 @@ def _module_guards(modules, member_checks, state_guard, symbolic_attributes, con
         # walked modules' dicts, whose keys and members the state guard checks by identity
         gated += member_checks
     for src, m in modules:
+        if id(m) in seen:  # checked, listed and explained by the state guard (its "module attributes")
+            continue
         mv = const(m, "m")
         attrs = [(a, val) for a, val in _module_state(m) if (id(m), a) not in symbolic_attributes]
         conds = [f"{mv}.training is {m.training}"] + [f"{mv}.{a} == {const(val, 'a')}" for a, val in attrs]
-        if id(m) not in seen:  # else implied by the state guard's check of every plain attribute
-            gated.append(f"if not ({' and '.join(conds)}): return False")
+        gated.append(f"if not ({' and '.join(conds)}): return False")
         for a, val, cond in [("training", m.training, conds[0])] + [(a, v, c) for (a, v), c in zip(attrs, conds[1:])]:
             extra.append((cond, f"{src.name()}.{a} == {val!r}", (f"{src.pretty()}.{a}", f"{mv}.{a}")))
         readable.append(" and ".join(f"{src.name()}.{a} == {val!r}" for a, val in [("training", m.training)] + attrs))
@@ -367,9 +377,10 @@ def _module_state(m: torch.nn.Module):
     return out
 
 
-def _tensor_text(t: TensorInput, strides: bool, offset: bool = False) -> str:
+def _tensor_text(t: TensorInput, strides: bool, offset: bool = False, param: bool = False) -> str:
     sizes = ", ".join("None" if s is None else str(s) for s in t.sizes)
-    text = (f"check_tensor({t.source.name()}, {t.tensor_type.__name__}, {t.dtype}, device={str(t.device)!r}, "
+    text = (f"check_{'parameter' if param else 'tensor'}({t.source.name()}, {t.tensor_type.__name__}, {t.dtype}, "
+            f"device={str(t.device)!r}, "
             f"requires_grad={t.requires_grad}, size=[{sizes}]")
     if strides:
         text += ", contiguous" if t.contiguous and t.strides == canonical_strides(t.example_shape) \
