@@ -88,7 +88,12 @@ class Tiered:
 @register_backend("fused")
 class FusedBackend:
     def __call__(self, graph, name: str = "forward"):
-        return self._tiered(compile_graph(graph, name), lambda: build_fused(graph, name))
+        eager_fn = compile_graph(graph, name)
+        if _nothing_to_fuse(graph):  # the usual MLP: no background job to wake (it would take the GIL)
+            tiered = Tiered(eager_fn)
+            tiered.ready.set()
+            return tiered
+        return self._tiered(eager_fn, lambda: build_fused(graph, name))
 
     def tree(self, paths: list, side_exit, name: str = "forward"):
         """The function of a trace tree (`ir.tree.compile_tree`), its regions fused the same way.
@@ -556,6 +561,16 @@ def _may_fuse(g: Graph) -> bool:
                                    for u in _nodes_in((n.args, n.kwargs))):
             return True
     return False
+
+
+def _nothing_to_fuse(graph: Graph) -> bool:
+    """Whether `build_fused` would find no region and no product for brgemm, decided here only where
+    that needs no calibration of brgemm (which stays in the background)."""
+    if _may_fuse(graph):
+        return False
+    if not any(matmul.replacement(n) is not None for n in graph.nodes):
+        return True
+    return gemm.decided() is False
 
 
 def _products(graphs) -> bool:

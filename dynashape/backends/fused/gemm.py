@@ -251,6 +251,19 @@ def active() -> bool:
     return _state["auto"]
 
 
+def decided() -> bool | None:
+    """Whether matrix products run through brgemm, when that is known without loading the library or
+    calibrating (None: `active()` would have to find out)."""
+    mode = config.fused_gemm
+    if mode == "off" or _state.get("fn", True) is None:
+        return False
+    if "fn" not in _state:
+        return None
+    if mode == "on":
+        return True
+    return _state.get("auto")
+
+
 def ratio() -> float | None:
     """The calibration's time ratio brgemm / torch.mm (None before it ran)."""
     return _state.get("ratio")
