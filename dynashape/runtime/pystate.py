@@ -19,6 +19,7 @@ arguments, the modules, the globals it names), giving every object a source
 from __future__ import annotations
 
 import enum
+import functools
 import types
 import weakref
 
@@ -77,7 +78,7 @@ class PyState:
         self.env = {"G": globals_ if globals_ is not None else {}, "C": closure or ()}
         self.lines: list[str] = []  # the guard function's body
         self.texts: list = []  # what check i says when it fails
-        self.listed: list[str] = []  # the checks shown in entry.guards
+        self.listed: list = []  # the checks shown in entry.guards (a str, or a function that writes it)
         self.ns: dict = {}
         self.containers: list = []  # (kind, obj, source): 'list', 'dict' or 'attrs' (an object's __dict__)
         self._seen: dict = {}  # id -> source
@@ -374,11 +375,9 @@ class PyState:
             ks = self._const(tuple(k for _, _, k, _ in self._mod_plain), "mks")
             vals = tuple(x for *_, x in self._mod_plain)
             self.module_lines.append(f"mp_ = tuple(map(_get, {ds_}, {ks}))")
-            names = {id(src): src.name() for _, src, _, _ in self._mod_plain}  # a source prints once
             self._check_module(f"mp_ == {self._const(vals, 'vals')} and tuple(map(type, mp_)) == "
                                f"{self._const(tuple(map(type, vals)), 'types')}", _why_modules(self._mod_plain),
-                               "module attributes: " + " and ".join(f"{names[id(src)]}.{k} == {x!r}"
-                                                                    for _, src, k, x in self._mod_plain))
+                               functools.partial(_module_attributes_text, list(self._mod_plain)))
         members = [(d, k, d[k], src) for d, src in ((vars(m), src) for m, src in self._walked)
                    for k in module_epoch.MEMBERS if isinstance(d.get(k), dict)]
         if not members:
@@ -573,6 +572,12 @@ class _Reader:
         if self.fn is None:
             self.fn = eval(f"lambda L: {self.src.name()}", dict(self.env))
         return self.fn(L)
+
+
+def _module_attributes_text(items) -> str:
+    """The listed text of the walked modules' plain attributes (written when entry.guards is read)."""
+    names = {id(src): src.name() for _, src, _, _ in items}  # a source prints once
+    return "module attributes: " + " and ".join(f"{names[id(src)]}.{k} == {x!r}" for _, src, k, x in items)
 
 
 def _why_modules(items):
