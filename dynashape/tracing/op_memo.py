@@ -85,9 +85,18 @@ def fingerprint(tracer) -> tuple:
             len(env.replacements))
 
 
+_REFUSALS = 2  # an op whose results were refused this often (views: `view`, `transpose`, 3-D `linear`)
+
+
 def lookup(tracer, func, args, kwargs):
     """(key, the recipe met before or None, the trace's fingerprint) of a call, or None when the
     call is not memoized."""
+    try:
+        kind = (func, type(args[0]) is FakeTensor and args[0].dim()) if args else (func, None)
+        if tracer._op_refused.get(kind, 0) >= _REFUSALS:  # no key to work out for ops that never qualify
+            return None
+    except TypeError:  # an unhashable callable
+        return None
     k = key(func, args, kwargs)
     if k is None:
         return None
@@ -95,14 +104,18 @@ def lookup(tracer, func, args, kwargs):
         rec = tracer._op_memo.get(k)
     except TypeError:  # an unhashable value inside
         return None
-    return k, rec, (fingerprint(tracer) if rec is None else None)
+    return k, rec, (fingerprint(tracer) if rec is None else None), kind
 
 
 def remember(tracer, memo, func, args, kwargs, out) -> None:
     """Keep the recipe of a call just recorded through the op's meta kernel and rule, if it qualifies."""
     rec = recipe(memo[2], tracer, func, args, kwargs, out)
+    refused = tracer._op_refused
     if rec is not None:
         tracer._op_memo[memo[0]] = rec
+        refused[memo[3]] = -(1 << 30)  # it qualifies with some arguments: always asked
+    else:
+        refused[memo[3]] = refused.get(memo[3], 0) + 1
 
 
 def recipe(before: tuple, tracer, func, args, kwargs, out):

@@ -102,6 +102,7 @@ class Tracer:
         self._input_of: dict[int, tuple] = {}  # id(input fake) -> (source, real tensor)
         self.input_facts: dict = {}  # (source, attribute) -> value read of the caller's tensor: guarded
         self._op_memo: dict = {}  # op_memo.key -> recipe: calls met again with the same symbolic arguments
+        self._op_refused: dict = {}  # (op, rank of its first argument) -> how often its result was not kept
 
     # ----------------------------------------------------------------- inputs
     def register_module(self, module: torch.nn.Module, source: Source) -> None:
