@@ -6,10 +6,10 @@ of the same symbolic shapes. What a call's result is (its symbolic sizes, stride
 only on what the key below describes: the op, the grad and inference modes, and for each
 argument its symbolic sizes, layout, dtype, device and the trace's facts about it (whether it
 may alias an input, whether it is a view), plain values exactly, symbolic values by expression,
-and which arguments are one tensor. Whatever the first call asked of the shape engine was
-guarded then, and holds for the same expressions now; a call that did anything else to the
-trace (a specialization, a runtime assert, a new symbol, a fallback, an in-place write, a
-graph node besides its own) is never memoized. Results that carry autograd history, views and
+which arguments are one tensor, and the default dtype. Whatever the first call asked of the
+shape engine was guarded then, and holds for the same expressions now; a call that did anything
+else to the trace (a specialization, a runtime assert, a new symbol, a fallback, an in-place
+write, a graph node besides its own) is never memoized. Results that carry autograd history, views and
 returned inputs are not either: their meta tensors must come from the op itself.
 
 The memo lives on the tracer, so it never outlives one trace (symbols are per trace).
@@ -69,7 +69,8 @@ def key(func, args, kwargs):
         raise _No
 
     try:
-        return (func, grad, torch.is_inference_mode_enabled(), tuple([k(a) for a in args]),
+        # (the default dtype cannot change inside a trace, set_default_dtype is a graph break: kept anyway)
+        return (func, grad, torch.is_inference_mode_enabled(), torch.get_default_dtype(), tuple([k(a) for a in args]),
                 tuple([(n, k(v)) for n, v in kwargs.items()]) if kwargs else ())
     except _No:
         return None

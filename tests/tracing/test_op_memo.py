@@ -59,12 +59,12 @@ CASES = [
 ]
 
 
-def _compile_and_run(make, inputs, memo: bool):
+def _compile_and_run(make, inputs, memo: bool, mode=torch.no_grad):
     ds.reset()
     fn = make()
     cf = ds.compile(fn, dynamic=True)
     outs = []
-    with pytest.MonkeyPatch.context() as mp, torch.no_grad():
+    with pytest.MonkeyPatch.context() as mp, mode():
         if not memo:
             mp.setattr(op_memo, "lookup", lambda *a: None)
         for n in (5, 9, 17):
@@ -82,6 +82,16 @@ def test_memoized_calls_give_the_graph_guards_and_results_of_a_full_trace(make, 
     assert memo[1] == full[1]
     assert memo[3] == full[3] and memo[4] == full[4]
     for got, want in memo[2]:
+        torch.testing.assert_close(got, want)
+
+
+def test_under_inference_mode_too():
+    # results made under inference mode are inference tensors: the memo's are made there too
+    full = _compile_and_run(_blocks, CASES[1].values[1], False, torch.inference_mode)
+    memo = _compile_and_run(_blocks, CASES[1].values[1], True, torch.inference_mode)
+    assert memo[:2] == full[:2] and memo[3:] == full[3:]
+    for got, want in memo[2]:
+        assert got.is_inference()
         torch.testing.assert_close(got, want)
 
 
