@@ -60,7 +60,7 @@ class GuardSet:
         shape_guards, fast = produce_guard_spellings(env, None, spell)
         lines = list(lines)
         lines[at] = "if not (" + " and ".join(f"({g.code})" for g in fast) + "): return False" if fast else "pass"
-        readable = list(self.guards)
+        readable = list(self.readable)  # (the texts not written yet stay so)
         readable[first:first + len(self.shape_guards)] = [g.code for g in shape_guards]
         ns, src = {k: v for k, v in self.ns.items() if k != "guard"}, _source(lines)
         exec_source(src, "guards", ns)
