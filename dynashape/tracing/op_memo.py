@@ -70,8 +70,8 @@ def key(func, args, kwargs):
 
     try:
         # (the default dtype cannot change inside a trace, set_default_dtype is a graph break: kept anyway)
-        return (func, grad, torch.is_inference_mode_enabled(), torch.get_default_dtype(), tuple([k(a) for a in args]),
-                tuple([(n, k(v)) for n, v in kwargs.items()]) if kwargs else ())
+        return (func, grad, torch.is_inference_mode_enabled(), torch.get_default_dtype(),
+                tuple([k(a) for a in args]), tuple([(n, k(v)) for n, v in kwargs.items()]) if kwargs else ())
     except _No:
         return None
 
@@ -93,7 +93,7 @@ def lookup(tracer, func, args, kwargs):
     """(key, the recipe met before or None, the trace's fingerprint) of a call, or None when the
     call is not memoized."""
     try:
-        kind = (func, type(args[0]) is FakeTensor and args[0].dim()) if args else (func, None)
+        kind = (func, type(args[0]) is FakeTensor and len(args[0].ds_sizes)) if args else (func, None)
         if tracer._op_refused.get(kind, 0) >= _REFUSALS:  # no key to work out for ops that never qualify
             return None
     except TypeError:  # an unhashable callable
