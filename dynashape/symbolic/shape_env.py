@@ -91,6 +91,7 @@ class ShapeEnv:
         self._unbacked: set[sympy.Symbol] = set()
         self.unbacked_fallback: dict[sympy.Symbol, int] = {}  # sizes meta tensors, decides nothing
         self._static_cache: dict = {}
+        self.generation = 0  # moves whenever what is known changes (a symbol, a guard, a fact, a replacement)
         self._simplify_cache: dict = {}
         # every condition decided without a guard, (expr, size_oblivious) -> value, and a count of the
         # facts that did not come from a guard: symbolic/widen.py decides them again on a wider range
@@ -732,6 +733,7 @@ class ShapeEnv:
         raise_violations(self.violations)
 
     def _changed(self):
+        self.generation += 1
         self._static_cache.clear()
         self._simplify_cache.clear()
 

@@ -7,7 +7,8 @@ only on what the key below describes: the op, the grad and inference modes, and 
 argument its symbolic sizes, layout, dtype, device and the trace's facts about it (whether it
 may alias an input, whether it is a view), plain values exactly, symbolic values by expression,
 which arguments are one tensor, and the default dtype. Whatever the first call asked of the
-shape engine was guarded then, and holds for the same expressions now; a call that did anything
+shape engine was guarded then, and holds for the same expressions now (and while the engine
+learns nothing new, a rule would write the result's sizes as it did then); a call that did anything
 else to the trace (a specialization, a runtime assert, a new symbol, a fallback, an in-place
 write, a graph node besides its own) is never memoized. Results that carry autograd history, views and
 returned inputs are not either: their meta tensors must come from the op itself.
@@ -24,6 +25,7 @@ import torch
 from ..symbolic.symtypes import SymBase
 from ..symbolic.userloc import user_location
 from .fake import FakeTensor, make_fake
+from .tree import leaves
 
 _T = torch.Tensor
 _PLAIN = frozenset({int, bool, str, type(None), torch.dtype, torch.device, torch.memory_format, torch.layout,
@@ -105,6 +107,8 @@ def lookup(tracer, func, args, kwargs):
         rec = tracer._op_memo.get(k)
     except TypeError:  # an unhashable value inside
         return None
+    if rec is not None and rec[-1] != tracer.env.generation:
+        rec = None  # the engine learned something since: its rule may now simplify the sizes further
     return k, rec, (fingerprint(tracer) if rec is None else None), kind
 
 
@@ -134,17 +138,45 @@ def recipe(before: tuple, tracer, func, args, kwargs, out):
         return None
     meta = node.meta
     return (type(meta), meta.shape, meta.dtype, meta.requires_grad, tuple(_T.size(out)), _T.stride(out),
-            out.dtype, d["ds_sizes"], d["ds_device"], tuple((f, d[f]) for f in _FLAGS if f in d))
+            out.dtype, _sizes_recipe(d["ds_sizes"], args, kwargs), d["ds_device"],
+            tuple((f, d[f]) for f in _FLAGS if f in d), tracer.env.generation)
+
+
+def _fakes(args, kwargs) -> list:
+    return [x for x in leaves((args, kwargs)) if type(x) is FakeTensor]
+
+
+def _sizes_recipe(sizes, args, kwargs) -> tuple:
+    """The result's sizes as a rule gives them: an argument's own size object where it passed one
+    through (by position among the arguments' fakes), else the value (a new object at each replay)."""
+    where = {id(s): (i, j) for i, f in enumerate(_fakes(args, kwargs)) for j, s in enumerate(f.ds_sizes)
+             if isinstance(s, SymBase)}
+    return tuple(s if not isinstance(s, SymBase) else where.get(id(s)) or s for s in sizes)
+
+
+def _sizes(recipe, args, kwargs) -> tuple:
+    fakes = None
+    out = []
+    for s in recipe:
+        if type(s) is tuple:
+            if fakes is None:
+                fakes = _fakes(args, kwargs)
+            s = fakes[s[0]].ds_sizes[s[1]]
+        elif isinstance(s, SymBase):
+            s = type(s)(s.node)
+        out.append(s)
+    return tuple(out)
 
 
 def replay(tracer, func, args, kwargs, rec, name_hint: str):
     """The call recorded from its recipe: a node of its own, and a fake made from the first result's
     metadata."""
-    meta_type, shape, dtype, requires_grad, size, stride, out_dtype, sizes, device, flags = rec
+    meta_type, shape, dtype, requires_grad, size, stride, out_dtype, sizes, device, flags, _ = rec
     node = tracer.graph.call(func, tracer.to_ir(args, True), tracer.to_ir(kwargs, True),
                              meta_type(shape, dtype, requires_grad), user_location(), torch.is_grad_enabled(),
                              name_hint=name_hint)
-    fake = make_fake(torch.empty_strided(size, stride, dtype=out_dtype, device="meta"), sizes, node, device, tracer)
+    fake = make_fake(torch.empty_strided(size, stride, dtype=out_dtype, device="meta"), _sizes(sizes, args, kwargs),
+                     node, device, tracer)
     for f, v in flags:
         setattr(fake, f, v)
     return fake

@@ -147,3 +147,49 @@ def test_the_key_tells_apart_what_decides_a_results_metadata():
     with torch.autocast("cpu"):
         assert k(torch.add, (a, b), {}) is None
     assert k(torch.add, (a, object()), {}) is None
+
+
+def _fuzz_traces(seed: int, memo: bool):
+    """The entries (graph, guards) and stats of a fuzz program run twice in one compiled function
+    (the second run meets every call of the first again), with dynamic=True, called on its random
+    calls, with the memo on or off; and the results."""
+    from tests.fuzz.gen import generate, make_inputs
+    from tests.fuzz.run import load, random_calls
+    prog = generate(seed)
+    fn = load(prog)
+
+    def twice(*args):
+        return fn(*args), fn(*args)
+    ds.reset()
+    cf = ds.compile(twice, dynamic=True)
+    results = []
+    with pytest.MonkeyPatch.context() as mp, torch.no_grad():
+        if not memo:
+            mp.setattr(op_memo, "lookup", lambda *a: None)
+        for c in random_calls(seed, prog, 3):
+            try:
+                results.append(cf(*make_inputs(prog.inputs, c)))
+            except Exception as e:  # noqa: BLE001  (the program's own error: the same either way)
+                results.append(f"{type(e).__name__}: {e}")
+    name = fn.__code__.co_filename  # <fuzz-N>, N counting the programs loaded
+
+    def plain(texts):
+        return [t.replace(name, "<f>") for t in texts]
+    entries = [(str(e.graph).replace(name, "<f>"), list(e.guards)) for e in cf.entries]
+    return entries, (cf.stats.compiles, plain(cf.stats.graph_breaks), plain(cf.stats.fallbacks)), results
+
+
+@pytest.mark.parametrize("seed", range(25112900, 25112930))
+def test_fuzz_programs_trace_the_same_with_and_without_the_memo(seed):
+    # traced twice without: the first trace of a process may import a torch module whose import
+    # reads a global flag (a guard on it, once per process, memo or not)
+    _fuzz_traces(seed, False)
+    full = _fuzz_traces(seed, False)
+    memo = _fuzz_traces(seed, True)
+    assert memo[0] == full[0]
+    assert memo[1] == full[1]
+    for got, want in zip(memo[2], full[2]):
+        if isinstance(want, str):
+            assert got == want
+        else:
+            torch.testing.assert_close(got, want, equal_nan=True)
