@@ -321,9 +321,19 @@ def _inplace(g):
     return ["{out} = " + e.format(t=t), "{out}." + op], t
 
 
+def _again(g):
+    """An earlier statement's expression again: the trace meets the same call twice (tracing/op_memo.py
+    records the second from the first)."""
+    done = [s for s in g.body if len(s.lines) == 1 and s.out in g.tensors and s.src in g.tensors]
+    if not done:
+        return None
+    s = g.rng.choice(done)
+    return s.lines[0].split(" = ", 1)[1], s.src
+
+
 TEMPLATES = [(_pointwise, 3), (_binary, 3), (_reduce, 2), (_view, 4), (_slice, 2), (_index, 1), (_join, 2),
              (_split, 1), (_matmul, 1), (_norm, 2), (_arange, 1), (_datadep, 1), (_ints, 2), (_branch, 1), (_scalar, 1),
-             (_inplace, 0.3)]
+             (_inplace, 0.3), (_again, 2)]
 DATA_BRANCHES = TEMPLATES + [(_data_branch, 1)]  # the driver's mix: also branches on data (speculation)
 
 
@@ -361,7 +371,7 @@ class Generator:
         self.refs = self._refs()
         self.tensors = [i.name for i in self.inputs if i.kind in ("float",)]
         self.ints = ["n"]
-        body = []
+        body = self.body = []
         want = rng.randint(5, 15)
         tries = 0
         while len(body) < want and tries < want * 12:

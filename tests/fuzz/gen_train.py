@@ -15,7 +15,7 @@ inputs built the same way (an in-place op on a leaf that requires grad is reject
 """
 from __future__ import annotations
 
-from .gen import TEMPLATES, Call, Generator, Input, Program, Stmt, _data_branch
+from .gen import TEMPLATES, Call, Generator, Input, Program, Stmt, _again, _data_branch
 from .phases import args_of, make_leaves
 
 GRADS = ["leaf", "leaf", "mul", "clone", ""]  # a float input's grad: see gen.Input.grad
@@ -202,7 +202,8 @@ def _reduction(g):
     return e.format(t=t, u=u, d=d, kd=kd), t
 
 
-TRAIN_TEMPLATES = [(fn, w * 0.6) for fn, w in TEMPLATES] + [
+# (not `_again`: under autograd a repeated call runs in full, tracing/op_memo.py)
+TRAIN_TEMPLATES = [(fn, w * 0.6) for fn, w in TEMPLATES if fn is not _again] + [
     (_data_branch, 0.5), (_grad_mode, 2.0), (_detach, 1.0), (_retain, 1.0), (_inplace_view, 1.5), (_grad_branch, 1.5),
     (_datadep, 1.0), (_norm, 1.5), (_loss, 1.0), (_activation, 2.0), (_reduction, 1.5), (_autograd_api, 1.5)]
 
