@@ -170,7 +170,7 @@ def _fuzz_traces(seed: int, memo: bool):
             try:
                 results.append(cf(*make_inputs(prog.inputs, c)))
             except Exception as e:  # noqa: BLE001  (the program's own error: the same either way)
-                results.append(f"{type(e).__name__}: {e}")
+                results.append(f"{type(e).__name__}: {e}".replace(fn.__code__.co_filename, "<f>"))
     name = fn.__code__.co_filename  # <fuzz-N>, N counting the programs loaded
 
     def plain(texts):
