@@ -49,15 +49,13 @@ def key(func, args, kwargs):
         t = type(x)
         if t is FakeTensor:
             d = x.__dict__
-            if grad and x.requires_grad:  # its result records autograd history: the op must run
-                raise _No
-            if not _OWN.issuperset(d):  # ds_same_as, ds_grad_fn: history the result may inherit
-                raise _No
+            rg = x.requires_grad
+            if (grad and rg) or not _OWN.issuperset(d):  # autograd history the result would record, or
+                raise _No  # inherit (ds_same_as, ds_grad_fn): the op must run
             return (ids.setdefault(id(x), len(ids)),
-                    tuple(s.node.expr if isinstance(s, SymBase) else s for s in d["ds_sizes"]),
-                    _T.stride(x), _T.storage_offset(x), x.dtype, x.requires_grad, d["ds_device"],
-                    _T._is_view(x), d.get("ds_view"), d.get("ds_view_or_copy"), d.get("ds_odd_layout"),
-                    d.get("ds_may_alias", True))
+                    tuple([s.node.expr if isinstance(s, SymBase) else s for s in d["ds_sizes"]]),
+                    _T.stride(x), _T.storage_offset(x), x.dtype, rg, d["ds_device"], _T._is_view(x),
+                    d.get("ds_view"), d.get("ds_view_or_copy"), d.get("ds_odd_layout"), d.get("ds_may_alias", True))
         if t in _PLAIN:
             return (t, x)
         if t is float:  # -0.0 and 0.0 are equal, but not the same argument
