@@ -166,9 +166,13 @@ def _sizes(recipe, args, kwargs) -> tuple:
     return tuple(out)
 
 
+replayed = [0]  # calls recorded from a recipe, in this process (the fuzzer reports it)
+
+
 def replay(tracer, func, args, kwargs, rec, name_hint: str):
     """The call recorded from its recipe: a node of its own, and a fake made from the first result's
     metadata."""
+    replayed[0] += 1
     meta_type, shape, dtype, requires_grad, size, stride, out_dtype, sizes, device, flags, _ = rec
     node = tracer.graph.call(func, tracer.to_ir(args, True), tracer.to_ir(kwargs, True),
                              meta_type(shape, dtype, requires_grad), user_location(), torch.is_grad_enabled(),

@@ -11,6 +11,8 @@ import re
 import time
 from dataclasses import dataclass, field
 
+from dynashape.tracing import op_memo
+
 from .gen import generate
 from .gen_train import generate_train
 from .reduce import reduce, script
@@ -34,6 +36,7 @@ class Report:
     mode: str = "infer"  # or "train"
     backends: dict = field(default_factory=dict)  # backend -> programs compiled with it
     widened: int = 0  # calls at size 1 taken by a graph traced for sizes >= 2
+    replayed: int = 0  # calls a trace recorded from the op memo (tracing/op_memo.py)
     phases: dict = field(default_factory=dict)  # training: phase -> programs
 
     def summary(self) -> str:
@@ -42,7 +45,8 @@ class Report:
                  f"({rate:.1f}/s, 3 modes each), {self.calls} compiled calls, {self.failures} failures, "
                  f"{len(self.distinct)} distinct, {self.seconds:.0f} s ({self.cpu_seconds:.0f} s CPU)",
                  "  programs by backend: " + ", ".join(f"{b} {n}" for b, n in self.backends.items())
-                 + f"; size-1 calls on a graph traced for sizes >= 2: {self.widened}"]
+                 + f"; size-1 calls on a graph traced for sizes >= 2: {self.widened}; calls traced from the op "
+                 f"memo: {self.replayed}"]
         if self.phases:
             lines.append("  programs by phase: " + ", ".join(f"{p} {n}" for p, n in self.phases.items()))
         for key, (f, count) in self.distinct.items():
@@ -82,7 +86,7 @@ def fuzz(seed: int, seconds: float, *, out_dir: str | None = None, reduce_s: flo
     rep = Report(seed, mode=mode)
     calls_per_program = calls_per_program or CALLS[mode]
     stats = {"calls": 0}
-    widened0 = WIDENED[0]
+    widened0, replayed0 = WIDENED[0], op_memo.replayed[0]
     start, cpu0 = time.monotonic(), time.process_time()
     found: list[Failure] = []
     keys: dict = {}
@@ -136,6 +140,7 @@ def fuzz(seed: int, seconds: float, *, out_dir: str | None = None, reduce_s: flo
         log("interrupted")
     rep.calls = stats["calls"]
     rep.widened = WIDENED[0] - widened0
+    rep.replayed = op_memo.replayed[0] - replayed0
     rep.seconds = time.monotonic() - start
     rep.cpu_seconds = time.process_time() - cpu0
     rep.fuzz_seconds = rep.fuzz_seconds or rep.seconds  # interrupted while running programs
