@@ -24,7 +24,7 @@ import torch
 
 from ..symbolic.printer import pyexpr
 from ..tracing.names import target_name
-from .graph import Graph, Node, SymExpr, _nodes_in, map_args
+from .graph import Graph, Node, SymExpr, _nodes_in, map_args, node_inputs
 from .modes import exit_modes, switch_modes
 
 _counter = itertools.count()
@@ -44,7 +44,8 @@ class _Emitter:
         # per call (16 calls of an 8-layer MLP: 0.4 us)
         self.functional = "F." if all(n.name != "F" for n in g.nodes) else _FUNCTIONAL
         self._const_of: dict = {}  # id(value) -> its name in ns
-        self.names: dict[int, str] = {}
+        self._indexed = 0  # len(ns) when _const_of last took in the names of ns it did not write
+        self.pinned: dict = {}  # a pinned parameter's input node -> the global name generate() gave it
         # a symbol's variable is its binding node's, whose name may differ from the symbol's: an
         # int argument named `s1` takes the name `s1`, and the node binding symbol s1 is `s1_1`
         self.sym_vars = {n.target: n.name for n in g.nodes if n.kind == "symbol"}
@@ -53,13 +54,18 @@ class _Emitter:
         name = self._const_of.get(id(value))
         if name is not None and self.ns.get(name) is value:
             return name
-        for k, v in self.ns.items():  # a value the graph's namespace brought (G, C, a fused region's call)
-            if v is value and k.startswith("_"):
-                self._const_of[id(value)] = k
-                return k
+        if len(self.ns) != self._indexed:  # names added besides ours (G, C, a fused region's call): looked up
+            for k, v in self.ns.items():
+                if k.startswith("_"):
+                    self._const_of.setdefault(id(v), k)
+            self._indexed = len(self.ns)
+            name = self._const_of.get(id(value))
+            if name is not None and self.ns.get(name) is value:
+                return name
         name = f"_{hint}{len(self.ns)}"
         self.ns[name] = value
         self._const_of[id(value)] = name
+        self._indexed += 1
         return name
 
     def sym_name(self, sym) -> str:
@@ -67,7 +73,7 @@ class _Emitter:
 
     def arg(self, a) -> str:
         if isinstance(a, Node):
-            return a.name
+            return self.pinned.get(a, a.name) if self.pinned else a.name
         if isinstance(a, SymExpr):
             return pyexpr(a.expr, self.sym_name, integer=a.pytype is int)
         if isinstance(a, tuple):
@@ -159,11 +165,19 @@ def generate(g: Graph, name: str = "forward") -> tuple[str, dict]:
     """Python source of the graph as `def name(L)` and the namespace to exec it in."""
     em = _Emitter(g)
     em.ns.update(g.namespace)
+    for n in g.nodes:  # parameters the guards pin: read as the function's globals, no local, no del
+        if n.kind == "input" and n.args:
+            var = n.name if n.name not in em.ns and not hasattr(builtins, n.name) else None
+            if var is None:
+                var = em.const(n.args[0], "p")
+            else:
+                em.ns[var] = n.args[0]
+            em.pinned[n] = var
     used_symbols = g.free_symbols_used()
     last_use: dict[Node, int] = {}
     readers: dict[Node, int] = {}  # how many statements read each value (an unused symbol's too)
     for i, n in enumerate(g.nodes):
-        read = set(_nodes_in((n.args, n.kwargs)))
+        read = set(node_inputs(n))
         for u in read:
             readers[u] = readers.get(u, 0) + 1
         if n.kind == "symbol" and n.target not in used_symbols:
@@ -174,14 +188,14 @@ def generate(g: Graph, name: str = "forward") -> tuple[str, dict]:
     em.read_once = {u for u, k in readers.items() if k == 1 and u not in outputs}
     dies_at: dict[int, list] = {}  # node index -> the values last used there (linear, not a scan per node)
     for u, j in last_use.items():
-        if u not in outputs:
+        if u not in outputs and u not in em.pinned:
             dies_at.setdefault(j, []).append(u.name)
     lines = [f"def {name}(L):"]
     switches = ModeSwitches(g, em)
     body: list[str] = []
     for i, n in enumerate(g.nodes):
         if n.kind in ("input", "const", "symbol"):
-            stmt = node_statement(em, n, used_symbols)
+            stmt = node_statement(em, n, used_symbols) if n not in em.pinned else None
             if stmt is None:
                 continue
             body.append(stmt)
@@ -271,19 +285,20 @@ def node_statement(em: _Emitter, n: Node, used_symbols) -> str | None:
         of, how, index = n.args
         if n.target not in used_symbols:
             return None  # bound only if some call or the output reads it
+        of = em.arg(of)
         if how == "size":
-            rhs = f"{of.name}.size({index})"
+            rhs = f"{of}.size({index})"
         elif how == "stride":
-            rhs = f"{of.name}.stride({index})"
+            rhs = f"{of}.stride({index})"
         elif how == "affine":  # a root symbol from a derived size: (size - b) // a
             dim, a, b = index
-            rhs = f"({of.name}.size({dim}) - {b}) // {a}" if b else f"{of.name}.size({dim}) // {a}"
+            rhs = f"({of}.size({dim}) - {b}) // {a}" if b else f"{of}.size({dim}) // {a}"
         elif how == "item":
-            rhs = f"{of.name}.item()"
+            rhs = f"{of}.item()"
         elif how == "index":  # an element of a nested list (tolist)
-            rhs = of.name + "".join(f"[{i}]" for i in index)
+            rhs = of + "".join(f"[{i}]" for i in index)
         else:
-            rhs = of.name
+            rhs = of
         return f"{n.name} = {rhs}"
     stmt = _call(em, n)
     if n.location is not None:
@@ -325,7 +340,7 @@ _NEW_MEMORY = {"linear", "addmm", "mm", "bmm", "baddbmm", "matmul", "conv1d", "c
 def _in_place(em: _Emitter, n: Node) -> str | None:
     """`torch.relu_(linear)` for `relu(linear)` when, without autograd recording either call, the
     product's result is read by this call alone and not returned: eager's result, one tensor fewer."""
-    if not any(n.target is f for f in _ACTIVATIONS) or n.grad_enabled or len(n.args) != 1 \
+    if id(n.target) not in _ACTIVATION_IDS or n.grad_enabled or len(n.args) != 1 \
             or set(n.kwargs) - {"inplace"} or any(v is not False for v in n.kwargs.values()):
         return None
     op = _IN_PLACE[n.target.__name__]
@@ -340,6 +355,7 @@ def _in_place(em: _Emitter, n: Node) -> str | None:
 
 _ACTIVATIONS = (torch.relu, torch.nn.functional.relu, torch.Tensor.relu, torch.sigmoid, torch.Tensor.sigmoid,
                 torch.tanh, torch.Tensor.tanh)
+_ACTIVATION_IDS = frozenset(map(id, _ACTIVATIONS))  # (module-level objects: alive, so their ids are theirs)
 
 
 def _call(em: _Emitter, n: Node) -> str:

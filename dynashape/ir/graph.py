@@ -130,11 +130,8 @@ class Graph:
             modes = self.modes_now() if kind == "call" and self.modes_now is not None else None
         node = Node(kind, self._fresh(name_hint), target, tuple(args), dict(kwargs) if kwargs else {}, meta,
                     location, [], grad_enabled, modes)
-        for used in _nodes_in(node.args):
+        for used in node_inputs(node):
             used.users.append(node)
-        if node.kwargs:
-            for used in _nodes_in(node.kwargs):
-                used.users.append(node)
         self.nodes.append(node)
         return node
 
@@ -175,7 +172,7 @@ class Graph:
         syms: set = set()
         for n in self.nodes:
             if n.kind in ("call", "output"):
-                for e in _sym_exprs_in((n.args, n.kwargs)):
+                for e in node_sym_exprs(n):
                     syms |= e.expr.free_symbols
         return syms
 
@@ -211,35 +208,93 @@ def _nodes_in(obj) -> list:
     return out
 
 
+def node_inputs(n: Node) -> list:
+    """`_nodes_in((n.args, n.kwargs))`: the nodes a node reads, in order (a flat loop for the flat
+    arguments most calls have)."""
+    out: list = []
+    for a in n.args:
+        t = type(a)
+        if t is Node:
+            out.append(a)
+        elif t in _LEAVES:
+            continue
+        elif isinstance(a, Node):
+            out.append(a)
+        elif isinstance(a, _NESTED):
+            _collect_nodes(a, out)
+    if n.kwargs:
+        _collect_nodes(n.kwargs, out)
+    return out
+
+
 def _collect_nodes(obj, out: list) -> None:
     if isinstance(obj, Node):
         out.append(obj)
     elif isinstance(obj, (list, tuple)):
         for o in obj:
-            if isinstance(o, Node):
+            t = type(o)
+            if t is Node:
+                out.append(o)
+            elif t in _LEAVES:  # (most arguments: answered without isinstance)
+                continue
+            elif isinstance(o, Node):
                 out.append(o)
             elif isinstance(o, _NESTED):
                 _collect_nodes(o, out)
     elif isinstance(obj, dict):
-        _collect_nodes(list(obj.values()), out)
+        if obj:
+            _collect_nodes(list(obj.values()), out)
     elif isinstance(obj, slice):
         _collect_nodes((obj.start, obj.stop, obj.step), out)
 
 
 _NESTED = (list, tuple, dict, slice)
+_LEAVES = frozenset({int, float, bool, str, type(None), SymExpr})  # hold no node
 
 
-def _sym_exprs_in(obj):
+def _sym_exprs_in(obj) -> list:
+    """The SymExprs inside nested args (lists, tuples, dicts, slices), in order."""
+    out: list = []
+    _collect_sym_exprs(obj, out)
+    return out
+
+
+def node_sym_exprs(n: Node) -> list:
+    """`_sym_exprs_in((n.args, n.kwargs))`, with a flat loop for flat arguments."""
+    out: list = []
+    for a in n.args:
+        t = type(a)
+        if t is SymExpr:
+            out.append(a)
+        elif t is Node or t in _NO_SYM:
+            continue
+        else:
+            _collect_sym_exprs(a, out)
+    if n.kwargs:
+        _collect_sym_exprs(n.kwargs, out)
+    return out
+
+
+def _collect_sym_exprs(obj, out: list) -> None:
     if isinstance(obj, SymExpr):
-        yield obj
+        out.append(obj)
     elif isinstance(obj, (list, tuple)):
         for o in obj:
-            yield from _sym_exprs_in(o)
+            t = type(o)
+            if t is SymExpr:
+                out.append(o)
+            elif t is Node or t in _NO_SYM:
+                continue
+            else:
+                _collect_sym_exprs(o, out)
     elif isinstance(obj, dict):
-        for o in obj.values():
-            yield from _sym_exprs_in(o)
+        if obj:
+            _collect_sym_exprs(list(obj.values()), out)
     elif isinstance(obj, slice):
-        yield from _sym_exprs_in((obj.start, obj.stop, obj.step))
+        _collect_sym_exprs((obj.start, obj.stop, obj.step), out)
+
+
+_NO_SYM = frozenset({int, float, bool, str, type(None)})
 
 
 def map_args(obj, fn):

@@ -22,9 +22,11 @@ class Location:
 
     def __str__(self) -> str:
         """`model.py:12 'if x.size(0) > 2:'` (or `model.py:12 in f` without source)."""
-        if self.code:
-            return f"{self.short()} {self.code!r}"
-        return f"{self.short()} in {self.function}"
+        text = self.__dict__.get("_text")  # written once: generated code comments every call with it
+        if text is None:
+            text = f"{self.short()} {self.code!r}" if self.code else f"{self.short()} in {self.function}"
+            self.__dict__["_text"] = text  # (frozen: not through __setattr__; not a field, so eq/hash ignore it)
+        return text
 
 
 _internal: dict = {}  # filename -> is_internal (a trace asks for every op, over the same few files)
