@@ -139,7 +139,7 @@ def build_guards(tracer, env, *, globals_=None, closure=None, modules=(), grad_e
         device = f"{v}.is_cpu" if t.device.type == "cpu" else f"{v}.device == {const(t.device, 'dev')}"  # no device made
         full = (f"{v}.__class__ is {tt} and {v}.dtype is {const(t.dtype, 'dt')} "
                 f"and {v}.requires_grad is {t.requires_grad} and {device}")
-        if t.example is not None and all(s is not None for s in t.sizes):
+        if t.example is not None and None not in t.sizes:
             # a parameter/buffer read as a constant by the graph: it must be the same object (checked
             # with the module state, when a module's dict changed), with the same requires_grad, shape,
             # dtype and device (these change in place: `p.requires_grad_()`, `p.data = p.data.double()`,
@@ -173,7 +173,8 @@ def build_guards(tracer, env, *, globals_=None, closure=None, modules=(), grad_e
         ns["_pinned_state"] = [st for _, st in pinned]
         names = ("requires_grad", "shape", "dtype", "is_cpu", "device")
         getters = tuple(getattr(torch._C.TensorBase, k) for k in names)
-        direct = all(getattr(type(p), k, None) is g for p in ns["_pinned"] for k, g in zip(names, getters))
+        direct = all(getattr(tp, k, None) is g for tp in {type(p) for p in ns["_pinned"]}  # (once per class)
+                     for k, g in zip(names, getters))
         same = native.same(ns["_pinned"], [(rg, tuple(shape), dt, True if dev.type == "cpu" else dev)
                                            for rg, shape, dt, dev in ns["_pinned_state"]],
                            getters if direct else None)  # else a subclass redefines one: looked up

@@ -89,17 +89,9 @@ def state_dicts(modules, hooks: tuple | None = None) -> tuple:
     `training`), the dicts of its parameters, buffers and submodules, and the hook dicts (its own and
     the global ones). A guard that watches these (guards/native.py) sees any change of that state."""
     modules = list(modules)
-    out, seen = [], set()
-
-    def add(d):
-        if isinstance(d, dict) and id(d) not in seen:
-            seen.add(id(d))
-            out.append(d)
-    for d in hook_dicts(modules) if hooks is None else hooks:  # `hooks`: hook_dicts(modules), known already
-        add(d)
+    found = list(hook_dicts(modules) if hooks is None else hooks)  # `hooks`: hook_dicts(modules), known already
     for m in modules:
         md = vars(m)
-        add(md)
-        for k in MEMBERS:
-            add(md.get(k))
-    return tuple(out)
+        found += (md, md.get("_parameters"), md.get("_buffers"), md.get("_modules"))  # MEMBERS
+    out = {id(d): d for d in found if isinstance(d, dict)}  # each once, in order
+    return tuple(out.values())

@@ -70,6 +70,18 @@ class EntryCache:
         return None
 
 
+_CODE: dict = {}  # a source's name -> its compiled expression (compile() costs ~30 us)
+
+
+def _compiled(name: str):
+    code = _CODE.get(name)
+    if code is None:
+        if len(_CODE) > 1024:
+            _CODE.clear()
+        code = _CODE[name] = compile(name, "<dynashape-source>", "eval")
+    return code
+
+
 def widen_for(entry, L) -> bool:
     """Let `entry`, traced for dynamic sizes >= 2, take `L` in which some of them are 1, when its trace
     decided nothing that size 1 would decide otherwise (symbolic/widen.py): its range guards then
@@ -85,7 +97,7 @@ def widen_for(entry, L) -> bool:
         if g.bounds is None or g.bounds[0] != 2 or g.bounds[2] is not None or not g.sources:
             continue  # not a range guard from 0/1 specialization
         try:
-            if eval(g.sources[0].name(), ns) != 1:
+            if eval(_compiled(g.sources[0].name()), ns) != 1:
                 continue
         except Exception:  # noqa: BLE001 - a source this call does not have
             continue

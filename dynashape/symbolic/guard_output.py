@@ -51,6 +51,16 @@ def produce_guard_spellings(env, *spellings) -> list[list[ShapeGuard]]:
 _TOKEN = re.compile("__dsTOK([0-9]+)__")
 
 
+def _bound(v) -> str:
+    """A range bound as text: an int's digits without sympy's printer."""
+    return str(int(v)) if type(v) is int or getattr(v, "is_Integer", False) else str(v)
+
+
+def _name(sym) -> str:
+    """A symbol's name: what `str(sym)` gives, without sympy's printer (~10 us a call cold)."""
+    return sym.name
+
+
 def _render(found, spell) -> list[ShapeGuard]:
     """The templates of `_templates` with each source spelled by `spell`."""
     sources, templates = found
@@ -103,7 +113,7 @@ def _templates(env):
                 continue
             for src in info.sources:
                 why = "specialized" if rep.is_Number else "related to other sizes"
-                syms = [sym] + sorted(rep.free_symbols, key=str)
+                syms = [sym] + sorted(rep.free_symbols, key=_name)
                 emit(f"{spell(src)} == {pyexpr(rep, name_of)}", [primary[s] for s in syms if s in primary],
                      env.replacement_locations.get(sym), why)
                 primary.setdefault(sym, src)
@@ -119,7 +129,7 @@ def _templates(env):
         if env.implied_by_ranges(expr):
             continue  # the range guards below imply it (proven, never assumed: a guard learned
             # while it had two symbols narrowed no range, even if a replacement left it one)
-        emit(pyexpr(expr, name_of), [primary[s] for s in sorted(expr.free_symbols, key=str) if s in primary],
+        emit(pyexpr(expr, name_of), [primary[s] for s in sorted(expr.free_symbols, key=_name) if s in primary],
              g.location)
 
     for sym, info in env.var_info.items():
@@ -131,7 +141,7 @@ def _templates(env):
         if lo is None and hi is None:
             continue
         code = name_of(sym)
-        code = (f"{lo} <= " if lo is not None else "") + code + (f" <= {hi}" if hi is not None else "")
+        code = (f"{_bound(lo)} <= " if lo is not None else "") + code + (f" <= {_bound(hi)}" if hi is not None else "")
         lo_loc, hi_loc = env.bound_locations.get((sym, "lo")), env.bound_locations.get((sym, "hi"))
         why = "sizes 0 and 1 are specialized" if lo == 2 and lo_loc is None else "range of the symbol"
         if code not in seen:

@@ -15,12 +15,16 @@ def leaves(obj) -> list:
 def _collect(obj, out: list) -> None:
     if isinstance(obj, (list, tuple)):
         for o in obj:
-            if isinstance(o, (list, tuple, dict)):
+            t = type(o)
+            if t in _NOT_CONTAINERS:  # (most arguments: answered without isinstance)
+                out.append(o)
+            elif t is tuple or t is list or isinstance(o, (list, tuple, dict)):
                 _collect(o, out)
             else:
                 out.append(o)
     elif isinstance(obj, dict):
-        _collect(list(obj.values()), out)
+        if obj:
+            _collect(list(obj.values()), out)
     else:
         out.append(obj)
 
@@ -41,6 +45,9 @@ def sizes_as_tuples(obj):
 
 def map_leaves(obj, fn):
     """Map `fn` over the leaves of nested lists/tuples/dicts (keeping torch.Size and namedtuples)."""
+    t = type(obj)
+    if t is tuple or t is list:  # (the common case first)
+        return t([map_leaves(o, fn) if isinstance(o, _CONTAINERS) else fn(o) for o in obj])
     if isinstance(obj, torch.Size):
         return fn(obj)
     if isinstance(obj, (list, tuple)):
@@ -56,6 +63,7 @@ def map_leaves(obj, fn):
 
 
 _CONTAINERS = (list, tuple, dict)  # a torch.Size is a tuple: map_leaves hands it to fn whole
+_NOT_CONTAINERS = frozenset({int, float, bool, str, type(None), torch.dtype, torch.device})  # exact types
 
 
 def wrap_tensors(out, wrap, path):
