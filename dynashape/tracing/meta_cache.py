@@ -59,7 +59,9 @@ def autocast_state() -> tuple:
 def modes_now():
     """(inference mode, autocast state) ops run under now; None when both are off (the usual case).
     Grad mode is recorded apart (each node's `grad_enabled`)."""
-    inference = torch.is_inference_mode_enabled()
+    # torch._C's getter: torch.is_inference_mode_enabled is patched while tracing, to guard on what the
+    # user's code reads (tracing/global_state.py); our own reads are no such read
+    inference = torch._C.is_inference_mode_enabled()
     if not inference and not torch._C._is_any_autocast_enabled():
         return None
     return (inference, autocast_state())
@@ -127,7 +129,7 @@ def call(func, args, kwargs):
         # so the call runs; the aten ops autograd hands down are served from the cache below it
         with _BelowAutograd():
             return func(*args, **kwargs)
-    key = (func, grad, torch.is_inference_mode_enabled(), autocast_state(), _sig(args),
+    key = (func, grad, torch._C.is_inference_mode_enabled(), autocast_state(), _sig(args),
            _sig(tuple(sorted(kwargs.items()))) if kwargs else ())
     return _through_cache(key, 4, func, args, kwargs, inputs=tensors)
 

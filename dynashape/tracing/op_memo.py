@@ -70,7 +70,7 @@ def key(func, args, kwargs):
 
     try:
         # (the default dtype cannot change inside a trace, set_default_dtype is a graph break: kept anyway)
-        return (func, grad, torch.is_inference_mode_enabled(), torch.get_default_dtype(),
+        return (func, grad, torch._C.is_inference_mode_enabled(), torch.get_default_dtype(),
                 tuple([k(a) for a in args]), tuple([(n, k(v)) for n, v in kwargs.items()]) if kwargs else ())
     except _No:
         return None
