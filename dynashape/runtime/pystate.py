@@ -366,42 +366,50 @@ class PyState:
         if self._walked:  # `m.__dict__ = {...}`: the dicts below are no longer the module's
             import operator
             self.ns["_is"] = operator.is_
-            self._check_module(f"all(map(_is, map(vars, {self._const(tuple(m for m, _ in self._walked), 'mods')}), "
-                               f"{self._const(tuple(vars(m) for m, _ in self._walked), 'mds')}))",
+            mods = tuple([m for m, _ in self._walked])
+            self._check_module(f"all(map(_is, map(vars, {self._const(mods, 'mods')}), "
+                               f"{self._const(tuple(map(vars, mods)), 'mds')}))",
                                _why_replaced(self._walked), None)
         if self._mod_plain:
             self.ns["_get"] = dict.get
-            ds_ = self._const(tuple(d for d, *_ in self._mod_plain), "mds")
-            ks = self._const(tuple(k for _, _, k, _ in self._mod_plain), "mks")
-            vals = tuple(x for *_, x in self._mod_plain)
+            dicts, _, keys, vals = zip(*self._mod_plain)
+            ds_ = self._const(dicts, "mds")
+            ks = self._const(keys, "mks")
             self.module_lines.append(f"mp_ = tuple(map(_get, {ds_}, {ks}))")
             self._check_module(f"mp_ == {self._const(vals, 'vals')} and tuple(map(type, mp_)) == "
                                f"{self._const(tuple(map(type, vals)), 'types')}", _why_modules(self._mod_plain),
                                functools.partial(_module_attributes_text, list(self._mod_plain)))
-        members = [(d, k, d[k], src) for d, src in ((vars(m), src) for m, src in self._walked)
-                   for k in module_epoch.MEMBERS if isinstance(d.get(k), dict)]
+        members = []  # (module __dict__, name, the dict it holds, source)
+        for m, src in self._walked:
+            d = vars(m)
+            for k in module_epoch.MEMBERS:
+                t = d.get(k)
+                if isinstance(t, dict):
+                    members.append((d, k, t, src))
         if not members:
             return
         import itertools
         import operator
         self.ns.update(_get=dict.get, _is=operator.is_, _chain=itertools.chain.from_iterable, _values=dict.values)
-        held = tuple(t for _, _, t, _ in members)
-        self._keep.append(tuple(tuple(t.values()) for t in held))
+        owners, names, held, _ = zip(*members)
+        self._keep.append(tuple([tuple(t.values()) for t in held]))
         why = _why_dicts(members)
         # the dicts are still the modules' own (replaced without __setattr__: `vars(m)[k] = {}`)
-        self._check_module(f"all(map(_is, map(_get, {self._const(tuple(d for d, *_ in members), 'mds')}, "
-                           f"{self._const(tuple(k for _, k, _, _ in members), 'mks')}), {self._const(held, 'mdicts')}))",
+        self._check_module(f"all(map(_is, map(_get, {self._const(owners, 'mds')}, "
+                           f"{self._const(names, 'mks')}), {self._const(held, 'mdicts')}))",
                            why, None)
-        empty = tuple(t for t in held if not t)
+        empty = tuple([t for t in held if not t])
         if empty:  # nothing added since (`register_buffer`, `Sequential.append`: no __setattr__)
             self._check_module(f"not any({self._const(empty, 'empty')})", why, None)
-        full = tuple(t for t in held if t)
+        full = tuple([t for t in held if t])
         if full:  # the same names, in the same order, holding the same objects (by identity: an equal
             # one-element tensor is not the same parameter)
             md = self._const(full, "mdicts")
-            self._check_module(f"tuple(_chain({md})) == {self._const(tuple(k for t in full for k in t), 'keys')} "
+            keys = tuple([k for t in full for k in t])
+            members_now = tuple([v for t in full for v in t.values()])
+            self._check_module(f"tuple(_chain({md})) == {self._const(keys, 'keys')} "
                                f"and all(map(_is, _chain(map(_values, {md})), "
-                               f"{self._const(tuple(v for t in full for v in t.values()), 'members')}))", why, None)
+                               f"{self._const(members_now, 'members')}))", why, None)
 
     def _check_module(self, cond, why, listed) -> None:
         """A check of the walked modules' dicts: the guard runs these first, when one of the dicts changed."""

@@ -195,18 +195,23 @@ class Tracer:
 
     def _finish_input(self, t: torch.Tensor, source: Source, kind: str, sizes: list) -> None:
         meta = _input_meta(t)
-        pinned = t if self._pinned(t, source, sizes) else None
+        static = all(isinstance(s, int) for s in sizes)  # (a parameter's, usually)
+        # a module's parameter/buffer with static sizes: the guards pin the object itself
+        pinned = t if static and isinstance(source, ModuleMemberSource) else None
         node = self.graph.input(source, self._tensor_meta(sizes, t), _name_hint(source), pinned)
-        fake = make_fake(meta, sizes, node, t.device, self)
-        for i, s in enumerate(sizes):
-            if isinstance(s, SymBase):
-                self._bind(s, node, "size", i)
-                self._bind_affine(s, node, i)
+        device = t.device
+        fake = make_fake(meta, sizes, node, device, self)
+        if not static:
+            for i, s in enumerate(sizes):
+                if isinstance(s, SymBase):
+                    self._bind(s, node, "size", i)
+                    self._bind_affine(s, node, i)
         offset = t.storage_offset()
+        shape = tuple(t.shape)
         self.tensor_inputs.append(TensorInput(
-            source, t.dtype, t.device, t.requires_grad,
-            tuple(s if isinstance(s, int) else None for s in sizes), tuple(t.stride()),
-            t.is_contiguous(), type(t), kind == "param", pinned, offset, tuple(t.shape)))
+            source, t.dtype, device, t.requires_grad,
+            shape if static else tuple(s if isinstance(s, int) else None for s in sizes), t.stride(),
+            t.is_contiguous(), type(t), kind == "param", pinned, offset, shape))
         self._fakes[id(t)] = fake
         self._offsets[id(fake)] = offset
         self._input_of[id(fake)] = (source, t)
@@ -224,11 +229,6 @@ class Tracer:
             v = v()
         self.input_facts.setdefault((source, attr), v)
         return v
-
-    @staticmethod
-    def _pinned(t, source, sizes) -> bool:
-        """A module's parameter/buffer with static sizes: the guards pin the object itself."""
-        return isinstance(source, ModuleMemberSource) and all(isinstance(s, int) for s in sizes)
 
     def _bind(self, s: SymBase, node, how: str, index) -> None:
         expr = s.node.expr
