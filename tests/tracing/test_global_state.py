@@ -57,3 +57,28 @@ def test_another_threads_print_is_not_captured_into_a_trace():
     assert "from the main thread" in buf.getvalue()
     assert not any("print" in n.name for n in cf.entries[0].graph.nodes)
     torch.set_default_dtype(torch.float32)  # works outside any trace
+
+
+def test_a_flag_read_only_by_our_own_tracing_is_no_guard():
+    """Our own reads of inference mode while tracing (the op memo's key, the meta cache, each node's
+    modes) are not the user's: an inference_mode block inside the function once left the guard
+    `torch.is_inference_mode_enabled() == True` (the value at its first op), false at every entry, so
+    each call compiled again."""
+    def f(x):
+        with torch.inference_mode():
+            y = x * 2
+        return y + 1
+
+    def g(x):  # the user's own read stays guarded
+        return x + 1 if torch.is_inference_mode_enabled() else x - 1
+
+    cf, cg = ds.compile(f), ds.compile(g)
+    x = torch.randn(4)
+    for _ in range(3):
+        torch.testing.assert_close(cf(x), f(x))
+        torch.testing.assert_close(cg(x), g(x))
+    assert cf.stats.compiles == 1, cf.stats.recompile_reasons
+    assert not [t for t in cf.entries[0].guards if "is_inference_mode_enabled" in t]
+    with torch.inference_mode():
+        torch.testing.assert_close(cg(x), g(x))
+    assert cg.stats.compiles == 2
