@@ -63,41 +63,56 @@ def _router(key):
 _ROUTERS = {key: _router(key) for _, _, key in _POINTS}
 
 
+def _tracer():
+    """The tracer of this thread's innermost trace (its handlers are the ones being called)."""
+    return _local.handlers[-1][_TRACER]
+
+
+def _manual_seed(seed):
+    tracer = _tracer()
+    out = _ORIGINAL["manual_seed"](seed)  # the trace's own RNG use follows eager's
+    tracer.graph.call(torch.manual_seed, (tracer.to_ir(seed),), {}, None, user_location(),
+                      torch.is_grad_enabled(), name_hint="manual_seed")
+    return out
+
+
+def _refuse(name):
+    def fn(*args, **kwargs):
+        raise GraphBreak(f"torch.{name}() inside the compiled function changes global state",
+                         user_location(), "What to do: call it before the compiled function.")
+    return fn
+
+
+def _print(*args, **kwargs):  # replayed with the real values when the compiled code runs
+    if kwargs.get("file") is not None:
+        raise GraphBreak("print(..., file=...) inside the compiled function", user_location())
+    tracer = _tracer()
+    tracer.graph.call(_ORIGINAL["print"], tracer.to_ir(args), tracer.to_ir(kwargs), None, user_location(),
+                      torch.is_grad_enabled(), name_hint="print")
+
+
+def _flag_reader(name):
+    def fn(*args, **kwargs):  # the value is guarded: a call under another setting recompiles
+        getter = _ORIGINAL[name]  # (looked up when called: the user may have wrapped it since)
+        value = getter(*args, **kwargs)
+        if not args and not kwargs:
+            _tracer().flag_reads.setdefault(f"torch.{name}()", (getter, value))
+        return value
+    return fn
+
+
+_TRACER = object()  # the key of a handler dict that holds its trace's tracer
+
+
 def _handlers(tracer) -> dict:
-    def manual_seed(seed):
-        out = _ORIGINAL["manual_seed"](seed)  # the trace's own RNG use follows eager's
-        tracer.graph.call(torch.manual_seed, (tracer.to_ir(seed),), {}, None, user_location(),
-                          torch.is_grad_enabled(), name_hint="manual_seed")
-        return out
-
-    def refuse(name):
-        def fn(*args, **kwargs):
-            raise GraphBreak(f"torch.{name}() inside the compiled function changes global state",
-                             user_location(), "What to do: call it before the compiled function.")
-        return fn
-
-    def print_(*args, **kwargs):  # replayed with the real values when the compiled code runs
-        if kwargs.get("file") is not None:
-            raise GraphBreak("print(..., file=...) inside the compiled function", user_location())
-        tracer.graph.call(_ORIGINAL["print"], tracer.to_ir(args), tracer.to_ir(kwargs), None, user_location(),
-                          torch.is_grad_enabled(), name_hint="print")
-
-    def flag_reader(name):
-        getter = _ORIGINAL[name]
-
-        def fn(*args, **kwargs):  # the value is guarded: a call under another setting recompiles
-            value = getter(*args, **kwargs)
-            if not args and not kwargs:
-                tracer.flag_reads.setdefault(f"torch.{name}()", (getter, value))
-            return value
-        return fn
-
-    if not _SHARED:  # the handlers that read no tracer: made once (they look up _ORIGINAL when called)
+    if not _SHARED:  # made once: each reads the tracer of the trace it is called in (_tracer())
         _SHARED.update({"max": _min_max("max", sym_max), "min": _min_max("min", sym_min)})
         _SHARED.update({f"math.{n}": _math_call(n) for n in MATH_CALLS})
-    out = dict(_SHARED, manual_seed=manual_seed, print=print_)
-    out.update({n: flag_reader(n) for n in FLAG_GETTERS if n in _ORIGINAL})
-    out.update({n: refuse(n) for n in _BREAKS if n in _ORIGINAL})
+        _SHARED.update(manual_seed=_manual_seed, print=_print)
+        _SHARED.update({n: _flag_reader(n) for n in FLAG_GETTERS if n in _ORIGINAL})
+        _SHARED.update({n: _refuse(n) for n in _BREAKS if n in _ORIGINAL})
+    out = dict(_SHARED)
+    out[_TRACER] = tracer
     return out
 
 
