@@ -94,3 +94,22 @@ def test_the_config_chooses_whether_products_take_this_path():
         assert gemm.active() == (gemm.ratio() <= 0.8)
     with pytest.raises(ValueError, match="fused_gemm"), ds.config.patch(fused_gemm="sometimes"):
         pass
+
+
+def test_calibration_counts_no_wait_of_its_thread(monkeypatch):
+    """The calibration runs on the worker thread beside the main thread's trace: a product that waited
+    there (for the GIL, for a core) must not look slow. Here torch.mm sleeps 3 ms after its product, a
+    wait that costs no CPU: with one thread the ratio stays what it is without it (it once fell below
+    0.8 at random, choosing brgemm on a CPU where both take the same time)."""
+    import time
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 1)
+    quiet = gemm._calibrate()
+    mm = torch.mm
+
+    def waiting_mm(a, b):
+        out = mm(a, b)
+        time.sleep(0.003)
+        return out
+    monkeypatch.setattr(torch, "mm", waiting_mm)
+    waited = gemm._calibrate()
+    assert waited > 0.5 * quiet, (waited, quiet)  # wall time would make it ~10x smaller
