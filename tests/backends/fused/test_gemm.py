@@ -112,4 +112,4 @@ def test_calibration_counts_no_wait_of_its_thread(monkeypatch):
         return out
     monkeypatch.setattr(torch, "mm", waiting_mm)
     waited = gemm._calibrate()
-    assert waited > 0.5 * quiet, (waited, quiet)  # wall time would make it ~10x smaller
+    assert waited > 0.2 * quiet, (waited, quiet)  # by the wall clock it is ~25x smaller (0.04)
