@@ -693,12 +693,24 @@ class Tracer:
     def _tensor_meta(self, sizes, t):
         return self.graph.TensorMeta(_shape_exprs(sizes), t.dtype, bool(t.requires_grad))
 
+    def _current_node(self, fake: FakeTensor):
+        """The node a read of `fake` reads, its meta's requires_grad made the tensor's own now: an
+        in-place write of a value that requires grad (`v[:1] = y.sum()`, also through a view of it)
+        made a tensor computed under no_grad require grad, and a fused region reading it must
+        return its gradient (its backward once returned None for it, silently)."""
+        node = fake.ds_node
+        m = node.meta
+        meta_type = self.graph.TensorMeta
+        if type(m) is meta_type and m.requires_grad != fake.requires_grad:
+            node.meta = meta_type(m.shape, m.dtype, bool(fake.requires_grad))
+        return node
+
     def to_ir(self, value, sizes_as_tuples: bool = False):
         """`value` with traced tensors and symbolic values as graph values. `sizes_as_tuples`: an
         op's argument, where a torch.Size is the tuple of its sizes (tree.sizes_as_tuples)."""
         t = type(value)
         if t is FakeTensor:
-            return value.ds_node
+            return self._current_node(value)
         if t in _PLAIN:
             return value
         if t is tuple or t is list or (sizes_as_tuples and t is torch.Size):
@@ -709,7 +721,7 @@ class Tracer:
         if sizes_as_tuples:
             value = _sizes_as_tuples(value)
         if isinstance(value, FakeTensor):
-            return value.ds_node
+            return self._current_node(value)
         if isinstance(value, torch.Tensor):
             return self.lift(value).ds_node
         if isinstance(value, SymBase):

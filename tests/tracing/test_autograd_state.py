@@ -463,3 +463,47 @@ def test_retain_grad_inside_keeps_sizes_dynamic():
         assert h.retains_grad
         torch.testing.assert_close(h.grad, 2 * h.detach())
     assert cf.stats.compiles == 2 and not cf.stats.fallbacks, cf.stats.recompile_reasons
+
+
+def _grads_after_backward(fn, x, y):
+    y = y.detach().requires_grad_()
+    (out,) = fn(x, y)
+    (out * torch.linspace(-1, 1, out.numel()).view(out.shape)).sum().backward()
+    return out.detach(), y.grad
+
+
+def _written_under_grad(x, y):  # fuzz seed 25112931 (train): y's gradient was None with the fused backend
+    with torch.set_grad_enabled(False):
+        v = x.sigmoid() * x  # made without grad ...
+    v[:1] = y.sum()  # ... then written with a value that requires grad: v requires grad from here on
+    return (v / (v.abs() + 1),)
+
+
+def _written_through_a_view(x, y):
+    with torch.no_grad():
+        v = x * 2
+    v[1:].select(0, 0).copy_(y.sum() * y)  # through a view: its base requires grad from here on
+    return (v.tanh() * v,)
+
+
+def _masked_fill_with_a_grad_value(x, y):
+    with torch.no_grad():
+        v = x.exp()
+    v.masked_fill_(x > 0, y.sum())
+    return ((v - 1).relu() * v,)
+
+
+@pytest.mark.parametrize("backend", ["eager", "fused"])
+@pytest.mark.parametrize("fn", [_written_under_grad, _written_through_a_view, _masked_fill_with_a_grad_value])
+def test_a_tensor_made_without_grad_then_written_with_one_that_requires_it_passes_the_gradient(fn, backend):
+    """A node's requires_grad is what a read of it sees: an in-place write of a value that requires
+    grad turns it on, and a fused region reading the tensor must return its gradient."""
+    for mode in MODES:
+        with ds.config.patch(fused_sync=True):
+            cf = ds.compile(fn, dynamic=mode, backend=backend)
+            for n in (3, 5):
+                x, y = torch.randn(n, 4), torch.randn(4)
+                want, got = _grads_after_backward(fn, x, y), _grads_after_backward(cf, x, y)
+                torch.testing.assert_close(got[0], want[0])
+                assert got[1] is not None, (mode, backend, n)
+                torch.testing.assert_close(got[1], want[1])
