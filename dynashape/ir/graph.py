@@ -203,98 +203,63 @@ def _base_name(hint: str) -> str:
 
 def _nodes_in(obj) -> list:
     """The nodes inside nested args (lists, tuples, dicts, slices), in order."""
-    out: list = []
-    _collect_nodes(obj, out)
-    return out
+    return _found(obj, Node, _NOT_NODES)
 
 
 def node_inputs(n: Node) -> list:
-    """`_nodes_in((n.args, n.kwargs))`: the nodes a node reads, in order (a flat loop for the flat
-    arguments most calls have)."""
-    out: list = []
-    for a in n.args:
-        t = type(a)
-        if t is Node:
-            out.append(a)
-        elif t in _LEAVES:
-            continue
-        elif isinstance(a, Node):
-            out.append(a)
-        elif isinstance(a, _NESTED):
-            _collect_nodes(a, out)
-    if n.kwargs:
-        _collect_nodes(n.kwargs, out)
-    return out
-
-
-def _collect_nodes(obj, out: list) -> None:
-    if isinstance(obj, Node):
-        out.append(obj)
-    elif isinstance(obj, (list, tuple)):
-        for o in obj:
-            t = type(o)
-            if t is Node:
-                out.append(o)
-            elif t in _LEAVES:  # (most arguments: answered without isinstance)
-                continue
-            elif isinstance(o, Node):
-                out.append(o)
-            elif isinstance(o, _NESTED):
-                _collect_nodes(o, out)
-    elif isinstance(obj, dict):
-        if obj:
-            _collect_nodes(list(obj.values()), out)
-    elif isinstance(obj, slice):
-        _collect_nodes((obj.start, obj.stop, obj.step), out)
-
-
-_NESTED = (list, tuple, dict, slice)
-_LEAVES = frozenset({int, float, bool, str, type(None), SymExpr})  # hold no node
+    """`_nodes_in((n.args, n.kwargs))`: the nodes a node reads, in order, a level of nesting fewer."""
+    return _found_in(n, Node, _NOT_NODES)
 
 
 def _sym_exprs_in(obj) -> list:
     """The SymExprs inside nested args (lists, tuples, dicts, slices), in order."""
-    out: list = []
-    _collect_sym_exprs(obj, out)
-    return out
+    return _found(obj, SymExpr, _NOT_SYM_EXPRS)
 
 
 def node_sym_exprs(n: Node) -> list:
-    """`_sym_exprs_in((n.args, n.kwargs))`, with a flat loop for flat arguments."""
+    """`_sym_exprs_in((n.args, n.kwargs))`, a level of nesting fewer."""
+    return _found_in(n, SymExpr, _NOT_SYM_EXPRS)
+
+
+def _found(obj, kind: type, others: frozenset) -> list:
     out: list = []
-    for a in n.args:
-        t = type(a)
-        if t is SymExpr:
-            out.append(a)
-        elif t is Node or t in _NO_SYM:
-            continue
-        else:
-            _collect_sym_exprs(a, out)
-    if n.kwargs:
-        _collect_sym_exprs(n.kwargs, out)
+    _collect(obj, out, kind, others)
     return out
 
 
-def _collect_sym_exprs(obj, out: list) -> None:
-    if isinstance(obj, SymExpr):
+def _found_in(n: Node, kind: type, others: frozenset) -> list:
+    out: list = []
+    _collect(n.args, out, kind, others)
+    if n.kwargs:
+        _collect(n.kwargs, out, kind, others)
+    return out
+
+
+def _collect(obj, out: list, kind: type, others: frozenset) -> None:
+    """Append every `kind` inside nested args to `out`; `others`: exact types that hold none."""
+    if isinstance(obj, kind):
         out.append(obj)
     elif isinstance(obj, (list, tuple)):
         for o in obj:
             t = type(o)
-            if t is SymExpr:
+            if t is kind:
                 out.append(o)
-            elif t is Node or t in _NO_SYM:
+            elif t in others:  # (most arguments: answered without isinstance)
                 continue
-            else:
-                _collect_sym_exprs(o, out)
+            elif isinstance(o, kind):
+                out.append(o)
+            elif isinstance(o, _NESTED):
+                _collect(o, out, kind, others)
     elif isinstance(obj, dict):
         if obj:
-            _collect_sym_exprs(list(obj.values()), out)
+            _collect(list(obj.values()), out, kind, others)
     elif isinstance(obj, slice):
-        _collect_sym_exprs((obj.start, obj.stop, obj.step), out)
+        _collect((obj.start, obj.stop, obj.step), out, kind, others)
 
 
-_NO_SYM = frozenset({int, float, bool, str, type(None)})
+_NESTED = (list, tuple, dict, slice)
+_NOT_NODES = frozenset({int, float, bool, str, type(None), SymExpr})
+_NOT_SYM_EXPRS = frozenset({int, float, bool, str, type(None), Node})
 
 
 def map_args(obj, fn):
