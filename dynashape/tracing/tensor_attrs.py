@@ -77,6 +77,17 @@ def _input(mode, t):
     return mode.tracer.input_of(t)
 
 
+def _input_history(mode, t):
+    """`_input(mode, t)` while the trace has left the input's autograd history as the caller's
+    (whose facts are read and guarded); None once an in-place op gave it one of the trace's own
+    (`y.mul_(w.sum())` with w requiring grad: y is no longer a leaf, as in eager; the caller's
+    tensor said it was one, and a branch on `y.is_leaf` took the wrong way: train fuzz 25112932)."""
+    found = mode.tracer.input_of(t)
+    if found is None or T.grad_fn.__get__(t) is not mode.tracer.input_grad_fn(t):
+        return None
+    return found
+
+
 def _own(mode, t, viewness: bool = True):
     """The fake whose history is `t`'s: the tensor an op returned as it is (eager returns that object),
     after guarding the layouts that made the op return it rather than a copy. `viewness`: the answer
@@ -97,7 +108,7 @@ def _fact(mode, t, attr: str):
 # ------------------------------------------------------------------ history
 def q_is_leaf(mode, t):
     t = _own(mode, t, viewness=False)
-    if _input(mode, t) is not None:
+    if _input_history(mode, t) is not None:
         return _fact(mode, t, "is_leaf")
     if getattr(t, "ds_grad_fn", None) is not None:
         return False
@@ -106,7 +117,7 @@ def q_is_leaf(mode, t):
 
 def q_grad_fn(mode, t):
     t = _own(mode, t)
-    if _input(mode, t) is not None:
+    if _input_history(mode, t) is not None:
         return None if _fact(mode, t, "is_leaf") else traced_grad_fn(None)
     name = getattr(t, "ds_grad_fn", None)
     if name is not None:  # "": eager's node is not known (a cast inside a decomposition under autocast)
@@ -117,7 +128,7 @@ def q_grad_fn(mode, t):
 
 def q_output_nr(mode, t):
     t = _own(mode, t, viewness=False)
-    if _input(mode, t) is not None:
+    if _input_history(mode, t) is not None:
         return _fact(mode, t, "output_nr")
     if getattr(t, "ds_grad_fn", None) is not None:
         return getattr(t, "ds_output_nr", 0)
@@ -126,7 +137,7 @@ def q_output_nr(mode, t):
 
 def q_retains_grad(mode, t):
     t = _own(mode, t, viewness=False)
-    if _input(mode, t) is not None:
+    if _input_history(mode, t) is not None:
         return _fact(mode, t, "retains_grad")
     return T.retains_grad.__get__(t)
 

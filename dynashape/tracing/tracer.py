@@ -100,6 +100,7 @@ class Tracer:
         self.data_guards: list = []  # (description, location) of each branch decided on data
         self.visible_effects: list[str] = []  # what a side exit could not undo (in-place on an input)
         self._input_of: dict[int, tuple] = {}  # id(input fake) -> (source, real tensor)
+        self._input_grad_fn: dict = {}  # id(input fake) -> its autograd node when made (tensor_attrs.py)
         self.input_facts: dict = {}  # (source, attribute) -> value read of the caller's tensor: guarded
         self._op_memo: dict = {}  # op_memo.key -> recipe: calls met again with the same symbolic arguments
         self._op_refused: dict = {}  # (op, rank of its first argument) -> how often its result was not kept
@@ -215,11 +216,16 @@ class Tracer:
         self._fakes[id(t)] = fake
         self._offsets[id(fake)] = offset
         self._input_of[id(fake)] = (source, t)
+        self._input_grad_fn[id(fake)] = torch.Tensor.grad_fn.__get__(fake)  # (the caller's history, as met)
         self._keep.append(t)
 
     def input_of(self, fake):
         """(source, real tensor) of an input's fake, else None."""
         return self._input_of.get(id(fake))
+
+    def input_grad_fn(self, fake):
+        """The autograd node an input's fake had when it was made (None for a leaf)."""
+        return self._input_grad_fn.get(id(fake))
 
     def input_fact(self, source: Source, real: torch.Tensor, attr: str):
         """A property of the caller's tensor the trace read (`x.is_leaf`, `x._is_view()`): its

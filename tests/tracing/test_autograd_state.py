@@ -507,3 +507,29 @@ def test_a_tensor_made_without_grad_then_written_with_one_that_requires_it_passe
                 torch.testing.assert_close(got[0], want[0])
                 assert got[1] is not None, (mode, backend, n)
                 torch.testing.assert_close(got[1], want[1])
+
+
+def test_an_input_written_in_place_with_a_value_that_requires_grad_is_no_leaf_any_more():
+    """Train fuzz seed 25112932 (silently wrong): `y.mul_(w.abs().sum())` makes the caller's y a
+    non-leaf with MulBackward0, as in eager; its is_leaf was read from the caller's tensor (a leaf
+    when the call began), and the branch on it took the other way."""
+    def f(y, w):
+        y.mul_(w.abs().sum())
+        out = y * 2 if not y.is_leaf else y.relu()
+        return out, y.is_leaf, y.grad_fn is None, y.output_nr
+
+    def args(k):  # fresh each time: f changes y in place
+        g = torch.Generator().manual_seed(k)
+        return torch.randn(3 + k, generator=g) - 1, torch.randn(3 + k, generator=g).requires_grad_()
+
+    for mode in MODES:
+        cf = ds.compile(f, dynamic=mode)
+        for k in range(2):
+            assert _describe(cf(*args(k))) == _describe(f(*args(k))), (mode, k)
+    # an input the trace leaves alone is still answered from the caller's tensor, and guarded
+    g = lambda y: y * 2 if y.is_leaf else y * 3  # noqa: E731
+    cf = ds.compile(g)
+    leaf, non_leaf = torch.randn(3, requires_grad=True), torch.randn(3, requires_grad=True) * 1
+    torch.testing.assert_close(cf(leaf), g(leaf))
+    torch.testing.assert_close(cf(non_leaf), g(non_leaf))
+    assert cf.stats.compiles == 2
