@@ -92,6 +92,6 @@ def state_dicts(modules, hooks: tuple | None = None) -> tuple:
     found = list(hook_dicts(modules) if hooks is None else hooks)  # `hooks`: hook_dicts(modules), known already
     for m in modules:
         md = vars(m)
-        found += (md, md.get("_parameters"), md.get("_buffers"), md.get("_modules"))  # MEMBERS
+        found += (md, *map(md.get, MEMBERS))
     out = {id(d): d for d in found if isinstance(d, dict)}  # each once, in order
     return tuple(out.values())

@@ -549,11 +549,9 @@ class Tracer:
             same = in_fakes.get(id(x))
             if same is not None:  # in-place op or a returned input: the same object, maybe resized
                 same.ds_sizes = tuple(shapes[i])
-                m = getattr(same.ds_node, "meta", None)
-                if isinstance(m, self.graph.TensorMeta) and m.requires_grad != bool(x.requires_grad):
-                    # requires_grad_() / detach_(): what reads it from now on asks its node's meta (a
-                    # fused region's backward returned no gradient to a leaf made inside the function)
-                    same.ds_node.meta = self.graph.TensorMeta(m.shape, m.dtype, bool(x.requires_grad))
+                # requires_grad_() / detach_(): its node's meta says so now (a fused region's backward
+                # returned no gradient to a leaf made inside the function)
+                self._current_node(same)
                 return same
             n = node
             for k in path:

@@ -18,7 +18,7 @@ def _collect(obj, out: list) -> None:
             t = type(o)
             if t in _NOT_CONTAINERS:  # (most arguments: answered without isinstance)
                 out.append(o)
-            elif t is tuple or t is list or isinstance(o, (list, tuple, dict)):
+            elif isinstance(o, (list, tuple, dict)):
                 _collect(o, out)
             else:
                 out.append(o)
@@ -52,8 +52,6 @@ def map_leaves(obj, fn):
         return fn(obj)
     if isinstance(obj, (list, tuple)):
         items = [map_leaves(o, fn) if isinstance(o, _CONTAINERS) else fn(o) for o in obj]
-        if type(obj) in (list, tuple):
-            return type(obj)(items)
         if hasattr(obj, "_fields"):
             return type(obj)(*items)
         return type(obj)(items)
