@@ -98,6 +98,7 @@ class Graph:
         self.entry_modes = None  # inference mode and autocast it is entered with (guarded); None: both off
         self.exit_grad: bool | None = None  # grad mode the traced function left behind (None: not known)
         self.modes_now = None  # () -> the modes a new call runs under (set while tracing)
+        self.devices: set = set()  # the device types of the tensors read from the caller or captured
 
     def empty_like(self) -> "Graph":
         """A new graph entered and left as this one is (namespace, grad mode and modes at entry, grad
@@ -105,6 +106,7 @@ class Graph:
         g = Graph()
         g.namespace.update(self.namespace)
         g.entry_grad, g.entry_modes, g.exit_grad = self.entry_grad, self.entry_modes, self.exit_grad
+        g.devices = set(self.devices)
         return g
 
     # ----------------------------------------------------------- building

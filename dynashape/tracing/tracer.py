@@ -201,6 +201,7 @@ class Tracer:
         pinned = t if static and isinstance(source, ModuleMemberSource) else None
         node = self.graph.input(source, self._tensor_meta(sizes, t), _name_hint(source), pinned)
         device = t.device
+        self.graph.devices.add(device.type)
         fake = make_fake(meta, sizes, node, device, self)
         if not static:
             for i, s in enumerate(sizes):
@@ -267,6 +268,7 @@ class Tracer:
             return self.tensor_input(t, src, "param" if id(t) in self._module_tensors else "size")
         meta = _input_meta(t)
         node = self.graph.const(t, self._tensor_meta(tuple(t.shape), t), "const")
+        self.graph.devices.add(t.device.type)
         fake = make_fake(meta, tuple(t.shape), node, t.device, self)
         self._fakes[id(t)] = fake
         self._keep.append(t)

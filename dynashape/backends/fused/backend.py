@@ -252,14 +252,18 @@ class RegionRuntime:
         the backward (n_aux values, or none where it fell back to its torch calls)."""
         return self.wrapper(*args, _save=_save)
 
-    def compile(self) -> None:
+    def compile(self, cpp: bool = True) -> None:
+        """Build the kernels; `cpp=False` (a graph on devices) builds only the Triton one, here (in the
+        background) rather than at the first call, and no C++ kernel, which only CPU tensors would use."""
         if config.triton == "cpu":  # every kernel through Triton (the interpreter on CPU tensors): no C++
             self.kernel = None
             self.wrapper = self._device_fn = self._make_device_fn()
             return
-        if build.compiler() is None:  # no C++ compiler (a GPU box may have none): Triton on devices only
+        if build.compiler() is None or not cpp:  # Triton on devices only (a GPU box may have no C++ compiler)
             self.kernel = None
             self.wrapper = self._without_cpp
+            if not cpp:
+                self._device_fn = self._make_device_fn()
             return
         n_ptr = self.spec.n_in + self.spec.n_out
         n_int = len(self.spec.symbols) + sum(self.spec.stride_dims)
@@ -407,7 +411,8 @@ class RegionRuntime:
                          f"dtype={r.outputs[int(a[3:])].meta.dtype}{on})")
         if device:  # Triton takes the tensors
             ints = [s.name for s in self.tkernel.spec.symbols] + [f"*{a}.stride()" for a in ins]
-            lines.append(f"    _kernel({', '.join(ins + outs + aux + ints)})")
+            lines.append(f"    if not _kernel({', '.join(ins + outs + aux + ints)}):")  # compiling: torch's calls
+            lines.append(f"        {torch_calls}")
         else:
             ptrs = ["*_p"] + [f"{o}.data_ptr()" for o in outs + aux]
             ints = [s.name for s in self.spec.symbols] + [f"*{a}.stride()" for a in ins]
@@ -526,12 +531,12 @@ class _PathRegion:
         return getattr(self.__dict__["rt"], name)
 
 
-def _compile_all(rts: list) -> list:
+def _compile_all(rts: list, cpp: bool = True) -> list:
     """The regions whose kernels built (found on disk or compiled); the others stay torch calls."""
     ok = []
     for rt in rts:
         try:
-            rt.compile()
+            rt.compile(cpp)
             ok.append(rt)
         except Exception as e:  # noqa: BLE001 - this region stays torch calls; the others still fuse
             _failed(f"cxx:{str(e)[:200]}", f"dynashape: fused backend could not build a kernel: {str(e)[:3000]}")
@@ -540,8 +545,9 @@ def _compile_all(rts: list) -> list:
 
 def build_fused(graph: Graph, name: str = "forward"):
     """(fused forward, regions); (None, []) when nothing in the graph fuses."""
-    ok = _compile_all(plan(graph)) if _may_fuse(graph) else []
-    products = _products([graph])
+    cpu = _reads_cpu([graph])
+    ok = _compile_all(plan(graph), cpu) if _may_fuse(graph) else []
+    products = cpu and _products([graph])
     if not ok and not products:
         return None, []
     return compile_graph(rewrite(graph, ok, products), name), ok
@@ -568,9 +574,21 @@ def _nothing_to_fuse(graph: Graph) -> bool:
     that needs no calibration of brgemm (which stays in the background)."""
     if _may_fuse(graph):
         return False
-    if not any(matmul.replacement(n) is not None for n in graph.nodes):
+    if not _reads_cpu([graph]) or not any(matmul.replacement(n) is not None for n in graph.nodes):
         return True
     return gemm.decided() is False
+
+
+def _reads_cpu(graphs) -> bool:
+    """Whether the graphs may run on CPU tensors: only then are C++ kernels built and products run
+    through brgemm. A graph whose inputs and captured tensors are all on a device (CUDA: guarded)
+    runs its regions as Triton kernels; building C++ for it cost seconds in which every call ran
+    the eager code (an H100: the pointwise chain at 175 us a call where its kernel takes 6).
+    Tensors it makes on the CPU itself still run correctly: the wrapper checks where they are."""
+    devices = set()
+    for g in graphs:
+        devices |= getattr(g, "devices", None) or {"cpu"}  # (a graph saved before graphs kept devices)
+    return "cpu" in devices
 
 
 def _products(graphs) -> bool:
@@ -590,8 +608,9 @@ def build_fused_tree(paths: list, side_exit, name: str = "forward"):
         elsewhere = frozenset(u.name for j, h in enumerate(paths) if j != k for n in h.nodes
                               if (n.name, format_node(n)) not in stmts[k] for u in _nodes_in((n.args, n.kwargs)))
         per_path.append(plan(g, layout_matters, elsewhere, shared))
-    ok = _compile_all([rt for rts in per_path for rt in rts if isinstance(rt, RegionRuntime)])
-    products = _products(paths)
+    cpu = _reads_cpu(paths)
+    ok = _compile_all([rt for rts in per_path for rt in rts if isinstance(rt, RegionRuntime)], cpu)
+    products = cpu and _products(paths)
     if not ok and not products:
         return None, []
     built = {id(rt) for rt in ok}

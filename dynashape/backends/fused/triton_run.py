@@ -11,20 +11,24 @@ candidate, the heuristic one, is used.
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import importlib.util
 import json
+import logging
 import os
 import tempfile
 import threading
 
 import torch
 
+from ...runtime.config import config
 from ...symbolic.printer import pyexpr
 from . import build
 from .tritongen import TritonSpec
 
+log = logging.getLogger("dynashape.fused")
 counters = {"tunes": 0, "tune_hits": 0, "modules": 0, "launches": 0}
 _lock = threading.Lock()
 _modules: dict = {}
@@ -181,8 +185,37 @@ def can_time(dev) -> bool:
     return dev.type == "cuda" and not interpreted()
 
 
+def compiles_async(dev) -> bool:
+    """Whether a kernel's first launches on `dev` run the region's torch calls while Triton compiles it in
+    the background (a CUDA device, not config.fused_sync): a compile takes about a second, in which a
+    run of 60 calls of varying sizes is over."""
+    return dev.type == "cuda" and not interpreted() and not config.fused_sync
+
+
+class _Mock:
+    """A tensor argument for a compile ahead of the launch: its dtype, and a data pointer as aligned
+    as the real one's (Triton specializes on 16-byte alignment)."""
+
+    def __init__(self, dtype, aligned: bool):
+        self.dtype, self._ptr = dtype, 0 if aligned else 8
+
+    def data_ptr(self):
+        return self._ptr
+
+    @staticmethod
+    def ptr_range():
+        return 0
+
+
+def _int_spec(v: int) -> int:
+    """What Triton specializes a (stride) integer on: 1, a multiple of 16, the width it is passed in."""
+    return 1 if v == 1 else (v % 16 == 0) * 2 + (not -2 ** 31 <= v < 2 ** 31) * 4
+
+
 class TritonKernel:
-    """The launcher a region's device wrapper calls: kernel(ins..., outs..., symbols..., strides...)."""
+    """The launcher a region's device wrapper calls: kernel(ins..., outs..., symbols..., strides...).
+    Returns whether it launched; False: the caller runs the region's torch calls (its compile for this
+    specialization is under way in the background, `compiles_async`)."""
 
     def __init__(self, spec: TritonSpec):
         self.spec = spec
@@ -192,6 +225,7 @@ class TritonKernel:
         self._sizes = eval(f"lambda {', '.join(names) or '*_'}: ({pyexpr(spec.n_outer)}, {pyexpr(spec.n_inner)})")  # noqa: S307
         self._tuned: dict = {}
         self._untimed: dict = {}  # bucket -> launches so far on the heuristic block sizes
+        self._compiled: dict = {}  # launch specialization -> True (compiled), False (compiling in the background)
 
     def __call__(self, *args):
         spec = self.spec
@@ -208,13 +242,49 @@ class TritonKernel:
                 if can_time(dev):
                     self._untimed[bucket] = 0
         elif bucket in self._untimed:
+            if self._untimed[bucket] + 1 >= TUNE_AFTER and not _capturing(dev) and compiles_async(dev):
+                # the candidates are compiled in the background first; timing them then takes milliseconds
+                if not all([self._ready(args, c, dev) for c in candidates(spec.flat, n_outer, n_inner)]):
+                    return self._launch_if_ready(args, cfg, n_outer, n_inner, dev)
             self._untimed[bucket] += 1
             if self._untimed[bucket] >= TUNE_AFTER and not _capturing(dev):
                 del self._untimed[bucket]
                 bench = functools.partial(self._time, args, n_outer, n_inner)
                 cfg = self._tuned[bucket] = choose(self.key, spec, n_outer, n_inner, _device_name(dev), bench)
+        return self._launch_if_ready(args, cfg, n_outer, n_inner, dev)
+
+    def _launch_if_ready(self, args, cfg, n_outer: int, n_inner: int, dev) -> bool:
+        if compiles_async(dev) and not self._ready(args, cfg, dev):
+            return False
         counters["launches"] += 1
         self._launch(args, cfg, n_outer, n_inner)
+        return True
+
+    def _ready(self, args, cfg, dev) -> bool:
+        """Whether the kernel is compiled for these arguments' specialization; if not, its compile is
+        queued on the background worker (never while a CUDA graph is being captured)."""
+        n_t = self.spec.n_in + self.spec.n_out
+        contig = all(t.is_contiguous() for t in args[:self.spec.n_in])
+        ptrs = tuple(t.data_ptr() % 16 == 0 for t in args[:n_t])
+        key = (cfg, contig, ptrs, tuple(_int_spec(v) for v in args[n_t + len(self.spec.symbols):]))
+        state = self._compiled.get(key)
+        if state is not None:
+            return state
+        if _capturing(dev):
+            return False
+        self._compiled[key] = False
+        mocks = [_Mock(t.dtype, p) for t, p in zip(args[:n_t], ptrs)] + list(args[n_t:])
+        build.worker.submit(functools.partial(self._compile, key, mocks, cfg, contig, dev))
+        return False
+
+    def _compile(self, key, mocks, cfg, contig, dev) -> None:
+        x, r, warps = cfg
+        try:
+            with torch.cuda.device(dev) if dev.type == "cuda" else contextlib.nullcontext():
+                self.kernel.warmup(*mocks, grid=(1,), XBLOCK=x, RBLOCK=r, CONTIG=contig, num_warps=warps)
+        except Exception as e:  # noqa: BLE001 - the launch compiles it again, and raises what Triton raises
+            log.debug("background Triton compile failed (%s): the launch compiles it", e)
+        self._compiled[key] = True
 
     def _launch(self, args, cfg, n_outer: int, n_inner: int) -> None:
         x, r, warps = cfg

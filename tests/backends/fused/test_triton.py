@@ -201,6 +201,47 @@ def test_a_bucket_is_timed_only_once_it_has_been_used_often(tmp_path, monkeypatc
         assert len(timed) == n
 
 
+def test_a_kernel_compiling_in_the_background_leaves_its_first_calls_to_torch(monkeypatch):
+    """On a GPU a Triton compile takes about a second: the calls meanwhile run the region's torch calls,
+    and each specialization Triton compiles for (here a data pointer off 16-byte alignment) is its own."""
+    from dynashape.backends.fused import build
+    monkeypatch.setattr(triton_run, "compiles_async", lambda dev: True)
+    compiled = []
+    compile_ = triton_run.TritonKernel._compile
+    monkeypatch.setattr(triton_run.TritonKernel, "_compile",
+                        lambda self, key, *a: (compiled.append(key), compile_(self, key, *a)))
+    f = lambda x: (x * 2).relu() + 1
+    cf = ds.compile(f, dynamic=True, backend="fused")
+    for x in (torch.randn(5, 8), torch.randn(41)[1:].view(5, 8)):  # aligned, then 4 bytes off
+        before, n = triton_run.counters["launches"], len(compiled)
+        torch.testing.assert_close(cf(x), f(x))
+        assert triton_run.counters["launches"] == before and len(compiled) <= n + 1
+        build.worker.wait_idle()
+        assert len(compiled) == n + 1
+        torch.testing.assert_close(cf(x), f(x))
+        torch.testing.assert_close(cf(x * 3), f(x * 3))
+        assert triton_run.counters["launches"] == before + 2 and len(compiled) == n + 1
+
+
+def test_a_graph_on_devices_builds_no_cpp_kernel(monkeypatch):
+    """A graph reading CUDA tensors runs its regions as Triton kernels: building C++ twins for CPU
+    tensors it never reads kept every call on the eager code for seconds (an H100: the pointwise
+    chain at 175 us a call, where its Triton kernel takes 6), and products stay torch's calls."""
+    from dynashape.backends.fused import backend, build
+    f = lambda x, w, m: F.gelu(x * w).sum(-1, keepdim=True) * (x @ m)
+    x, w, m = torch.randn(8, 16), torch.randn(16), torch.randn(16, 4)
+    cf = ds.compile(f, dynamic=True, backend="eager")
+    cf(x, w, m)
+    g = cf.entries[0].graph
+    assert g.devices == {"cpu"}
+    g.devices = {"cuda"}
+    monkeypatch.setattr(build, "load", lambda *a, **k: pytest.fail("a C++ kernel was built"))
+    monkeypatch.setattr(backend.gemm, "active", lambda: pytest.fail("brgemm was asked about a device graph"))
+    with ds.config.patch(triton="auto"):
+        fn, regions = backend.build_fused(g)
+    assert regions and all(rt.kernel is None and rt.tkernel is not None for rt in regions)
+
+
 def test_triton_off_and_auto_keep_cpu_tensors_on_the_cpp_kernels():
     from dynashape.backends.fused import counters
     for mode in ("off", "auto"):
