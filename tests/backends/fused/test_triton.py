@@ -263,3 +263,24 @@ def test_a_column_sum_is_made_on_its_inputs_device():
     from dynashape.backends.fused.backend import _fresh
     sums = torch.empty(1, 4, dtype=torch.float64, device="meta").sum(0)
     assert _fresh(sums, (4,), torch.float32).device == sums.device
+
+
+def test_the_compiler_process_answers_each_request_and_says_why_it_failed():
+    """Triton compiles run in a child process (their GIL stalled the calls running meanwhile); here,
+    without a GPU, the child's compile fails: it must say why and go on serving, never hang."""
+    from dynashape.backends.fused.triton_compile import Compiler, Mock, describe
+    cf = ds.compile(lambda x: (x * 2).relu() + 1, dynamic=True, backend="fused")
+    cf(torch.randn(5, 8))
+    kernel = cf.entries[0].fn.regions[0].tkernel
+    args = describe([Mock(torch.float32, True), Mock(torch.float32, False), 5, 8, 8, 1])
+    assert args[:2] == [("t", "float32", True), ("t", "float32", False)] and args[2:] == [("i", 5), ("i", 8), ("i", 8), ("i", 1)]
+    c = Compiler()
+    kw = dict(XBLOCK=1, RBLOCK=8, CONTIG=True, num_warps=4)
+    for _ in range(2):
+        why = c.compile(kernel.path, args, kw, 0)
+        if torch.cuda.is_available():
+            assert why is None
+        else:
+            assert why and not c.failed
+    c._proc.kill()
+    assert c.compile(kernel.path, args, kw, 0) and c.failed  # the child died: compile in-process from now on
