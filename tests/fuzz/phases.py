@@ -148,7 +148,7 @@ class _Run:
             with torch.no_grad():
                 for t in leaves:
                     if isinstance(t, torch.Tensor) and t.dtype.is_floating_point:
-                        t.mul_(1 + 1e-6 * torch.randn(t.shape, generator=g, dtype=t.dtype))
+                        t.mul_(1 + 1e-6 * torch.randn(t.shape, generator=g, dtype=t.dtype).to(t.device))  # (a CPU generator)
         args = args_of(self.inputs, leaves)  # built before the call, grad on
         with ctx():
             out = self.stage(tag + "forward", lambda: self.fn(*args))

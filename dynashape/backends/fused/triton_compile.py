@@ -3,8 +3,8 @@
 A Triton compile holds the GIL for most of its second (MLIR and LLVM passes called from Python): on
 a background thread, the calls that run the region's torch calls meanwhile waited for it (an H100:
 60 calls of the pointwise chain took 1.08 s where eager's take 74 ms). The child compiles and
-writes Triton's disk cache; the parent's own compile of the same kernel and specialization then
-finds it there in milliseconds. One child serves the process, started at its first compile
+writes Triton's disk cache (the kernel, and the launcher Triton builds with the C compiler); the
+parent's own compile of the same kernel and specialization then finds both there in milliseconds. One child serves the process, started at its first compile
 (importing torch and triton takes it a second or two); where it fails or dies, the parent compiles
 in its thread as before.
 
@@ -92,7 +92,10 @@ def main() -> None:  # the child
                 spec.loader.exec_module(mod)
             args = [Mock(getattr(torch, a[1]), a[2]) if a[0] == "t" else a[1] for a in req["args"]]
             with torch.cuda.device(req["device"]):
-                mod.kernel.warmup(*args, grid=(1,), **req["kw"])
+                done = mod.kernel.warmup(*args, grid=(1,), **req["kw"])
+                init = getattr(done, "_init_handles", None)  # the launcher too, into Triton's disk cache
+                if init is not None:
+                    init()
             reply = {}
         except Exception as e:  # noqa: BLE001 - the parent compiles it itself and sees the error there
             reply = {"error": f"{type(e).__name__}: {e}"}

@@ -207,6 +207,14 @@ def _direct_ok() -> bool:
 _compiler = Compiler()
 
 
+def ready_to_launch(compiled) -> None:
+    """Load a compiled kernel and build its launcher now (Triton does both at the first launch, the
+    launcher with the C compiler where its disk cache has none: on the calling thread, under the GIL)."""
+    init = getattr(compiled, "_init_handles", None)
+    if init is not None:
+        init()
+
+
 class TritonKernel:
     """The launcher a region's device wrapper calls: kernel(ins..., outs..., symbols..., strides...).
     Returns whether it launched; False: the caller runs the region's torch calls (its compile for this
@@ -307,7 +315,9 @@ class TritonKernel:
                 log.debug("Triton compile in the child process failed (%s): compiling here", why)
         try:
             with torch.cuda.device(dev) if dev.type == "cuda" else contextlib.nullcontext():
-                self.kernel.warmup(*mocks, grid=(1,), **kw)  # (from Triton's disk cache, where the child wrote it)
+                done = self.kernel.warmup(*mocks, grid=(1,), **kw)  # (from Triton's disk cache, where the child wrote it)
+                if dev.type == "cuda":
+                    ready_to_launch(done)
         except Exception as e:  # noqa: BLE001 - the launch compiles it again, and raises what Triton raises
             log.debug("background Triton compile failed (%s): the launch compiles it", e)
         self._compiled[key] = True
