@@ -224,11 +224,21 @@ def sequence_one(dev, name: str, case: str) -> float:
     run = contestants(fn, name.startswith("inductor"))[name]
     _sync(dev)
     t0 = time.perf_counter()
+    ends = []
     with torch.no_grad():
         for b, t in shapes:
             run(*make(b, t))
+            ends.append(time.perf_counter())
     _sync(dev)
-    return time.perf_counter() - t0
+    total = time.perf_counter() - t0
+    # where a slow total went: the first call, the slowest others (host time: calls are not synced)
+    each = [e - s for s, e in zip([t0] + ends, ends)]
+    slow = sorted(range(1, len(each)), key=lambda i: -each[i])[:3]
+    print(f"detail first call {each[0] * 1e3:.1f} ms, slowest " + ", ".join(f"#{i} {each[i] * 1e3:.1f} ms" for i in slow)
+          + f", the rest {sum(each[1:]) * 1e3 - sum(each[i] for i in slow) * 1e3:.1f} ms"
+          + (f"; Triton launches {sys.modules['dynashape.backends.fused.triton_run'].counters['launches']}"
+             if name.startswith("ours") else ""))
+    return total
 
 
 def sequence(inductor: bool) -> None:
@@ -237,7 +247,7 @@ def sequence(inductor: bool) -> None:
     import tempfile
     names = ["eager"] + (["inductor", "inductor reduce-overhead"] if inductor else []) + ["ours", "ours + buckets"]
     for case in CASES:
-        totals = {}
+        totals, details = {}, {}
         for name in names:
             tmp = tempfile.mkdtemp(prefix="cold-")
             env = dict(os.environ, TRITON_CACHE_DIR=f"{tmp}/triton", TORCHINDUCTOR_CACHE_DIR=f"{tmp}/inductor",
@@ -249,11 +259,14 @@ def sequence(inductor: bool) -> None:
                 print(f"    {name}: failed ({(r.stderr or r.stdout)[-300:]})")
                 continue
             totals[name] = float(got[-1].split()[1])
+            details[name] = [ln[len("detail "):] for ln in r.stdout.splitlines() if ln.startswith("detail ")]
         base, ind = totals.get("eager"), totals.get("inductor")
         print(f"  60 random shapes, {case}, compiles included, each contestant a cold process:")
         for k, v in totals.items():
             print(f"    {k:26s} {v * 1e3:9.1f} ms" + (f"  {v / base:.2f}x eager" if base else "")
                   + (f", {v / ind:.3f}x inductor" if ind else ""))
+            for d in details.get(k, ()):
+                print(f"      ({d})")
 
 
 def main() -> int:
