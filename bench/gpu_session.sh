@@ -33,7 +33,7 @@ step fuzz-train $((FUZZ_S + 60)) $PY -m tests.fuzz --device cuda --mode train --
     --seed "$((SEED + 1))" --reduce-seconds 10 --out /tmp/fz &
 wait
 [ -d /tmp/fz ] && tar czf "$OUT/fuzz-failures.tgz" -C /tmp fz
-step bench "${BENCH_S:-240}" $PY bench/gpu.py "$@"
+step bench "${BENCH_S:-420}" $PY bench/gpu.py "$@"
 for f in smoke fuzz-infer fuzz-train bench; do
     echo "----- $f (last lines)"
     grep -v '^  File \|^    ' "$OUT/$f.txt" | tail -n "${TAIL:-25}"
