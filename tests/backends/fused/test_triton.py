@@ -284,3 +284,34 @@ def test_the_compiler_process_answers_each_request_and_says_why_it_failed():
             assert why and not c.failed
     c._proc.kill()
     assert c.compile(kernel.path, args, kw, 0) and c.failed  # the child died: compile in-process from now on
+
+
+def test_the_launch_key_separates_whatever_triton_specializes_on():
+    """A kernel launched directly (its launcher, not JITFunction.run) is found by our launch key: two
+    launches with one key must get one specialization from Triton, or the second would run a kernel
+    compiled for other strides or alignments. Checked against the installed Triton's own rule."""
+    spec_impl = getattr(triton.runtime.jit, "native_specialize_impl", None)
+    if spec_impl is None:
+        pytest.skip(f"triton {triton.__version__} has no native_specialize_impl to check the key against")
+    from triton.backends.compiler import GPUTarget
+    from triton.backends.nvidia.compiler import CUDABackend
+    backend = CUDABackend(GPUTarget("cuda", 90, 32))
+    ints = [0, 1, 2, 3, 8, 15, 16, 17, 32, 48, 4096, 4097, 2 ** 31 - 16, 2 ** 31 - 1, 2 ** 31, 2 ** 31 + 16, -1, -16]
+
+    def one_each(key_of, triton_of, values):
+        seen = {}
+        for v in values:
+            assert seen.setdefault(key_of(v), triton_of(v)) == triton_of(v), (v, key_of(v))
+    # strides (specialized), sizes (do_not_specialize: only the width), pointers (16-byte alignment)
+    one_each(triton_run._int_spec, lambda v: spec_impl(backend, v, False, True, True), ints)
+    one_each(lambda v: -2 ** 31 <= v < 2 ** 31, lambda v: spec_impl(backend, v, False, False, True), ints)
+
+    class Ptr:
+        dtype = torch.float32
+
+        def __init__(self, p):
+            self.p = p
+
+        def data_ptr(self):
+            return self.p
+    one_each(lambda p: p % 16 == 0, lambda p: spec_impl(backend, Ptr(p), False, True, True), [0, 4, 8, 12, 16, 32, 1 << 40, (1 << 40) + 4])
