@@ -34,7 +34,7 @@ from ..runtime.registry import ENTRY_WRAPPERS
 from ..symbolic.sources import ItemSource, LocalSource
 from ..tracing.aliasing import FRESH, is_inplace, written
 from ..tracing.tree import leaves
-from .fused import ops
+from .fused import ops, triton_run
 
 log = logging.getLogger("dynashape.cudagraphs")
 counters = {"captures": 0, "replays": 0, "padded_replays": 0}  # in this process (the fuzzer reports them)
@@ -202,6 +202,9 @@ def bucket(n: int, upper) -> int:
 class _Captured:
     def __init__(self, statics: dict, outs, graph, L):
         self.statics, self.outs, self.graph, self.L = statics, outs, graph, L
+        # a region ran its torch calls in the capture while its Triton kernel compiled in the background:
+        # the bucket is captured again, once, when the compiles are done
+        self.provisional = False
 
 
 class Graphs:
@@ -276,6 +279,7 @@ class Graphs:
         self.seen: set = set()
         self.replays = 0
         self.exact_keys: set = set()  # buckets whose padded inputs the guards rejected: exact sizes there
+        self.recaptured: set = set()  # buckets captured again once their kernels were compiled
 
     def __getattr__(self, name):  # a fused backend's regions, readiness...: the compiled function's
         if name in ("fn", "__setstate__"):
@@ -314,6 +318,14 @@ class Graphs:
             if bkey not in self.seen and WARM_UP[0]:  # the first call of a bucket runs as compiled: kernels warm up
                 self.seen.add(bkey)
                 return self.fn(L)
+            cap = self._capture(L, ts, written, bkey, bucketed if bkey != key else {}, grad0)
+            if cap is None:
+                self.exact_keys.add(bkey)
+                return self.fn(L)
+        elif cap.provisional and not triton_run.compiling[0]:
+            self.recaptured.add(bkey)
+            del self.graphs[bkey]
+            _LIVE.pop((id(self), bkey), None)
             cap = self._capture(L, ts, written, bkey, bucketed if bkey != key else {}, grad0)
             if cap is None:
                 self.exact_keys.add(bkey)
@@ -385,6 +397,7 @@ class Graphs:
         # really runs: what it writes in place where it lives (a cache's index_copy_, a buffer's add_)
         # is put back, so the replay that serves this call writes it once, as eager does
         before = [t.clone() for t in written]
+        not_ready = triton_run.counters["not_ready"]
         if SIMULATE[0]:
             self.fn(Ls)
             cap = _Captured(statics, None, None, Ls)
@@ -403,6 +416,7 @@ class Graphs:
             with torch.cuda.graph(g):
                 outs = self.fn(Ls)
             cap = _Captured(statics, outs, g, Ls)
+        cap.provisional = triton_run.counters["not_ready"] != not_ready and bkey not in self.recaptured
         self.graphs[bkey] = cap
         counters["captures"] += 1
         nbytes = sum(t.numel() * t.element_size() for t in statics)

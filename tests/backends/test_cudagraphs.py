@@ -501,3 +501,31 @@ def test_an_argument_that_requires_grad_is_never_copied_even_under_no_grad():
             w = torch.randn(n, requires_grad=True)
             torch.testing.assert_close(cf(w), f(w))
     assert not graphs_of(cf).graphs
+
+
+def test_a_bucket_captured_while_its_kernels_compiled_is_captured_again_once_they_are_ready(monkeypatch):
+    """Triton compiles in the background; a capture meanwhile records the region's torch calls, which
+    every replay of that bucket would run for good: the bucket is captured again, once, when the
+    compiles are done."""
+    pytest.importorskip("triton")
+    from dynashape.backends.fused import triton_run
+    monkeypatch.setattr(triton_run, "compiles_async", lambda dev: True)
+    held = []  # compiles held back until the test lets them run
+    compile_ = triton_run.TritonKernel._compile
+    monkeypatch.setattr(triton_run.TritonKernel, "_compile", lambda self, *a: held.append((self, a)))
+    f = lambda x: torch.softmax(x * 2, -1) + 1
+    with ds.config.patch(triton="cpu", fused_sync=True, backend="fused"):
+        cf = ds.compile(f, dynamic=True)
+        x = torch.randn(5, 8)
+        captures, launches = cudagraphs.counters["captures"], triton_run.counters["launches"]
+        for _ in range(4):  # warm-up call, capture (the kernel compiling), replays
+            torch.testing.assert_close(cf(x), f(x))
+        g = graphs_of(cf)
+        assert cudagraphs.counters["captures"] == captures + 1 and next(iter(g.graphs.values())).provisional
+        assert held and triton_run.counters["launches"] == launches
+        for kernel, a in held:
+            compile_(kernel, *a)
+        for _ in range(3):  # captured again (now launching the kernel), then replayed
+            torch.testing.assert_close(cf(x), f(x))
+        assert not next(iter(g.graphs.values())).provisional and g.recaptured
+        assert cudagraphs.counters["captures"] == captures + 2 and triton_run.counters["launches"] > launches

@@ -30,7 +30,9 @@ from .triton_compile import Compiler, Mock, describe
 from .tritongen import TritonSpec
 
 log = logging.getLogger("dynashape.fused")
-counters = {"tunes": 0, "tune_hits": 0, "modules": 0, "launches": 0}
+counters = {"tunes": 0, "tune_hits": 0, "modules": 0, "launches": 0,
+            "not_ready": 0}  # calls that ran the region's torch calls while its kernel compiled
+compiling = [0]  # kernels queued or compiling in the background now
 _lock = threading.Lock()
 _modules: dict = {}
 _choices: dict | None = None  # bucket key -> [XBLOCK, RBLOCK, num_warps]
@@ -277,6 +279,7 @@ class TritonKernel:
         got = self._compiled.get(key)
         if got is None or got is False:
             if compiles_async(dev) and not self._ready(args, cfg, dev, key):
+                counters["not_ready"] += 1
                 return False
             got = True
         counters["launches"] += 1
@@ -301,6 +304,8 @@ class TritonKernel:
         if _capturing(dev):
             return False
         self._compiled[key] = False
+        with _lock:
+            compiling[0] += 1
         n_t = self.spec.n_in + self.spec.n_out
         mocks = [Mock(t.dtype, p) for t, p in zip(args[:n_t], key[2:2 + n_t])] + list(args[n_t:])
         build.worker.submit(functools.partial(self._compile, key, mocks, cfg, dev))
@@ -321,6 +326,8 @@ class TritonKernel:
         except Exception as e:  # noqa: BLE001 - the launch compiles it again, and raises what Triton raises
             log.debug("background Triton compile failed (%s): the launch compiles it", e)
         self._compiled[key] = True
+        with _lock:
+            compiling[0] -= 1
 
     def _launch(self, args, cfg, n_outer: int, n_inner: int) -> None:
         x, r, warps = cfg
