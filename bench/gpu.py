@@ -304,7 +304,11 @@ def main() -> int:
             if isinstance(fn, torch.nn.Module):
                 fn = fn.to(dev)
             a = tuple(_to(x, dev) for x in a)
+            from dynashape.backends.fused import counters
+            rejected = counters["rejected"]
             report(title, steady(contestants(fn, inductor), a, args.budget))
+            if counters["rejected"] != rejected:
+                print(f"    (ours: {counters['rejected'] - rejected} kernel results rejected (NaN), torch's calls ran after)")
     if not args.no_llama:
         for static in (False, True):
             decode_bench("tiny", dev, inductor, static)

@@ -37,8 +37,9 @@ def launches() -> int:
 
 
 def against_eager(fn, cases, dtype=torch.float32, train=False, **kw):
+    from dynashape.backends.fused import counters
     cf = ds.compile(fn, dynamic=True, backend="fused", **kw)
-    before = launches()
+    before, rejected = launches(), counters["rejected"]
     for args in cases:
         args = tuple(a.to(DEV, dtype) if a.is_floating_point() else a.to(DEV) for a in args)
         if train:
@@ -58,6 +59,8 @@ def against_eager(fn, cases, dtype=torch.float32, train=False, **kw):
         torch.cuda.synchronize()
     if launches() == before:
         print("      (no Triton kernel was launched: every region ran otherwise)")
+    if counters["rejected"] != rejected:  # (the H100's cross-entropy ran 5x eager's time: was it this?)
+        print(f"      ({counters['rejected'] - rejected} kernel results rejected (NaN): torch's calls ran after the kernel)")
     return cf
 
 

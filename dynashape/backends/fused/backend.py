@@ -400,7 +400,7 @@ class RegionRuntime:
                     epilogue.append(f"    out{j} = out{j}.sum() / (a1 != {ii}).sum()")
                 # NaN: a NaN logit, or a target out of range: let torch give its result or its error
                 epilogue.append(f"    if out{j}.isnan().any():")
-                epilogue.append(f"        {torch_calls}")
+                epilogue.append(f"        return _rt.rejected({params})")
             shape = ", ".join(pyexpr(s) if not isinstance(s, int) else str(s) for s in dims)
             shape = f"({shape},)" if len(dims) == 1 else f"({shape})"
             lines.append(f"    out{j} = _empty({shape}, dtype={o.meta.dtype}{on})")
@@ -433,6 +433,12 @@ class RegionRuntime:
         fn.source = src
         fn._codegen_name = self.name
         return fn
+
+    def rejected(self, *args):
+        """The torch calls where the kernel ran but its result cannot stand (a cross-entropy's NaN: a NaN
+        logit, or a target out of range, whose error torch gives); counted, as each costs both."""
+        build.counters["rejected"] += 1
+        return self.torch_calls(*args)
 
     def _torch_calls(self):
         """The region's torch calls as a function of the wrapper's arguments: what runs under autograd

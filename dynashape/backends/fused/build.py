@@ -36,7 +36,8 @@ FLAGS = ["-O3", "-march=native", "-fopenmp", "-fno-math-errno", "-fno-trapping-m
          "-shared", "-fPIC", "-std=c++17"]
 MVEC = ["-DDS_MVEC", "-lmvec"]  # glibc's vector math: expf/erff/tanhf... vectorize in the inner loop
 
-counters = {"compiles": 0, "disk_hits": 0, "memory_hits": 0, "failures": 0}
+counters = {"compiles": 0, "disk_hits": 0, "memory_hits": 0, "failures": 0,
+            "rejected": 0}  # kernel results replaced by the torch calls' (RegionRuntime.rejected)
 failure_messages: list = []  # the first message of each kind of failure (backend._failed)
 _loaded: dict = {}  # key -> ctypes function
 _lock = threading.Lock()

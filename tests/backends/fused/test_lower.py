@@ -183,6 +183,21 @@ def test_cross_entropy_is_one_pass_over_the_logits():
     assert any("cross_entropy" in r[-1] for r in regions(cf))
 
 
+def test_cross_entropy_s_kernel_result_stands_unless_it_is_nan():
+    """A NaN loss (a NaN logit) re-runs the torch calls for eager's result: counted as a rejected kernel
+    result, so a benchmark can tell a kernel that keeps falling back (each call then costs both)."""
+    from dynashape.backends.fused import counters
+    f = lambda x, t: F.cross_entropy(x, t)
+    x, t = torch.randn(6, 40), torch.randint(0, 40, (6,))
+    cf = check_fused(f, [(x, t)])
+    before = counters["rejected"]
+    torch.testing.assert_close(cf(x, t), f(x, t))
+    assert counters["rejected"] == before
+    x[2, 3] = float("nan")
+    torch.testing.assert_close(cf(x, t), f(x, t), equal_nan=True)
+    assert counters["rejected"] == before + 1
+
+
 def test_cross_entropy_with_a_bad_target_raises_torchs_error():
     import dynashape as ds
     cf = ds.compile(lambda x, t: F.cross_entropy(x, t), dynamic=True, backend="fused")
