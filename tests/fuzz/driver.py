@@ -11,6 +11,7 @@ import re
 import time
 from dataclasses import dataclass, field
 
+from dynashape.backends.fused import build as fused_build
 from dynashape.tracing import op_memo
 
 from .gen import generate
@@ -93,6 +94,7 @@ def fuzz(seed: int, seconds: float, *, out_dir: str | None = None, reduce_s: flo
     if out_dir:
         os.makedirs(out_dir, exist_ok=True)
     next_note = start + 60
+    saved_builds = [0]
     try:
         while time.monotonic() - start < seconds - (reserve_s if found else 0.0):  # nothing found: all fuzzing
             if time.monotonic() > next_note:  # a sign of life on long runs
@@ -100,6 +102,7 @@ def fuzz(seed: int, seconds: float, *, out_dir: str | None = None, reduce_s: flo
                 log(f"  {time.monotonic() - start:.0f} s: {rep.programs} programs, {rep.failures} failures, "
                     f"{len(keys)} kinds")
             pseed = rng.getrandbits(48)
+            built_badly = fused_build.counters["failures"]
             backend = backends[rep.programs % len(backends)] if backends else None
             rep.backends[backend or _configured()] = rep.backends.get(backend or _configured(), 0) + 1
             if mode == "train":
@@ -113,6 +116,15 @@ def fuzz(seed: int, seconds: float, *, out_dir: str | None = None, reduce_s: flo
                 calls = random_calls(pseed, prog, rng.randint(*calls_per_program))
                 fails = check_program(prog, calls, stats=stats, backend=backend)
             rep.programs += 1
+            if out_dir and fused_build.counters["failures"] != built_badly and saved_builds[0] < 5:
+                # the fused backend could not build a kernel for it (the eager code ran, results stay
+                # right): kept, so that a gap met once in a long run can be reproduced
+                saved_builds[0] += 1
+                f = Failure("build", None, 0, fused_build.last_failure[0], program=prog, calls=calls,
+                            phase=p if mode == "train" else "", backend=backend or "")
+                with open(os.path.join(out_dir, f"build-failure-{saved_builds[0]}.py"), "w") as fh:
+                    fh.write("# the fused backend fell back for this program: " + f.message[:500].replace("\n", " ")
+                             + "\n" + script(f))
             for f in fails:
                 rep.failures += 1
                 k = key_of(f)

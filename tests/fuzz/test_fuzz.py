@@ -425,3 +425,22 @@ def test_eager_s_own_spread_under_input_noise_explains_an_amplified_rounding_and
     kind, _, _ = compare(eager, [("out", (pattern * 1.3e-3 + torch.tensor([0.0, 0.0, 0.1]),))], lambda: ref,
                          lambda k: noisy[k])
     assert kind == "wrong"
+
+
+def test_a_program_the_fused_backend_could_not_build_is_kept_as_a_script(monkeypatch, tmp_path):
+    """A fused build failure is no wrong result (the eager code runs), but one met once in a long run
+    (a trace tree's CannotMerge, 11-25 and 11-27) could not be reproduced: its program is kept."""
+    from dynashape.backends.fused import backend as fused_backend
+    from .driver import fuzz
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("a stand-in build failure")
+    monkeypatch.setattr(fused_backend, "build_fused", broken)
+    monkeypatch.setattr(fused_backend, "build_fused_tree", broken)  # (the program may branch on data)
+    rep = fuzz(SEED, 3.0, out_dir=str(tmp_path), backends=("fused",), log=lambda m: None)
+    assert rep.programs and not rep.failures
+    kept = sorted(tmp_path.glob("build-failure-*.py"))
+    assert kept and len(kept) <= 5
+    text = kept[0].read_text()
+    assert "a stand-in build failure" in text.splitlines()[0]
+    compile(text, str(kept[0]), "exec")  # a valid standalone script

@@ -45,6 +45,7 @@ def _failed(tag: str, msg: str) -> None:
     if build.worker.closing:  # the interpreter is exiting: a killed compiler is no failure to report
         return
     build.counters["failures"] += 1
+    build.last_failure[0] = msg
     if tag not in _warned and len(build.failure_messages) < 50:
         build.failure_messages.append(msg)
     _warn_once(tag, msg)

@@ -39,6 +39,7 @@ MVEC = ["-DDS_MVEC", "-lmvec"]  # glibc's vector math: expf/erff/tanhf... vector
 counters = {"compiles": 0, "disk_hits": 0, "memory_hits": 0, "failures": 0,
             "rejected": 0}  # kernel results replaced by the torch calls' (RegionRuntime.rejected)
 failure_messages: list = []  # the first message of each kind of failure (backend._failed)
+last_failure = [""]  # the latest one's message
 _loaded: dict = {}  # key -> ctypes function
 _lock = threading.Lock()
 
