@@ -61,6 +61,11 @@ def near(want, got, ref) -> bool:
     ~0 from cancellation: a kernel summing in another order lands 1e-5 from eager and nearer the
     exact result. A wrong index, size or gradient is off by far more than eager's rounding."""
     if isinstance(want, torch.Tensor):
+        if isinstance(ref, torch.Tensor) and isinstance(got, torch.Tensor) and want.shape != got.shape:
+            # a size decided by comparing values equal but for rounding (`v[v > 0]` of a sum that is 0 by
+            # cancellation: eager's float32 kept an element at 1.2e-7, the kernel's sum was 0; fuzz seed
+            # 25112936): eager's size is not the exact one, and ours is, with the exact values
+            return ref.shape == got.shape != want.shape and near(ref.to(want.dtype), got, ref)
         if not (isinstance(ref, torch.Tensor) and isinstance(got, torch.Tensor) and ref.shape == want.shape == got.shape):
             return False
         if not want.dtype.is_floating_point:  # an index or a comparison of floats: exact, unless eager's own

@@ -263,6 +263,23 @@ def test_the_gradient_oracle_sees_a_wrong_gradient_and_accepts_a_right_one(monke
         assert f.kind == "wrong" and f.message.startswith("leaf grads[0]: values differ") and f.phase == "plain"
 
 
+def test_a_size_decided_by_rounding_is_judged_by_the_float64_run():
+    """`v[v > 0]` of a layer-normalised row sum, 0 by cancellation: eager's float32 keeps an element
+    at 1.2e-7, the fused kernel's sum is 0 and keeps none, as the float64 run does (fuzz seed 25112936):
+    no failure. A size the float64 run does not give, or wrong values, still are."""
+    prog = Program([Input("x", "float", ("D", "B", "A"))],
+                   [Stmt(["v7 = F.layer_norm(-x, (x.size(-1),))"], "v7"),
+                    Stmt(["v8 = F.linear(v7, torch.ones(1, v7.size(-1)))"], "v8")],
+                   ["v8[v8 > 0] * 1"])
+    call = Call({"A": 2, "B": 1, "D": 2}, 0, 18177047119000100)
+    fn = fuzz_run.load(prog)
+    want = fn(*make_inputs(prog.inputs, call))
+    assert want[0].shape == (1,)  # eager's rounding keeps one
+    assert fuzz_run._rounding_explains(fn, prog, call, want, (torch.zeros(0),))
+    assert not fuzz_run._rounding_explains(fn, prog, call, want, (torch.zeros(2),))
+    assert not fuzz_run._rounding_explains(fn, prog, call, (torch.zeros(0),), want)
+
+
 def test_the_float64_arbiter_accepts_a_gradient_nearer_the_exact_one_and_not_a_wrong_one():
     exact = torch.tensor([1.0, 2.0, 3.0], dtype=torch.float64)
     eager = [("leaf grads", [(exact + 1e-4).float()])]  # eager's own rounding error, past the tolerance
