@@ -238,6 +238,7 @@ class TritonKernel:
         if self._direct:
             from triton.runtime import driver
             self._stream = driver.active.get_current_stream  # (torch.cuda.current_stream() costs 6 us)
+            self._current = getattr(torch._C, "_cuda_getDevice", torch.cuda.current_device)
 
     def __call__(self, *args):
         spec = self.spec
@@ -256,7 +257,7 @@ class TritonKernel:
         elif bucket in self._untimed:
             if self._untimed[bucket] + 1 >= TUNE_AFTER and not _capturing(dev) and compiles_async(dev):
                 # the candidates compile in the background first; timing them then takes milliseconds
-                if not all([self._ready(args, c, dev, self._key(args, c)) for c in candidates(spec.flat, n_outer, n_inner)]):
+                if not all([self._ready(args, c, dev, self._key(args, c, dev)) for c in candidates(spec.flat, n_outer, n_inner)]):
                     return self._launch_if_ready(args, cfg, n_outer, n_inner, dev)
             self._untimed[bucket] += 1
             if self._untimed[bucket] >= TUNE_AFTER and not _capturing(dev):
@@ -265,17 +266,18 @@ class TritonKernel:
                 cfg = self._tuned[bucket] = choose(self.key, spec, n_outer, n_inner, _device_name(dev), bench)
         return self._launch_if_ready(args, cfg, n_outer, n_inner, dev)
 
-    def _key(self, args, cfg) -> tuple:
+    def _key(self, args, cfg, dev) -> tuple:
         """What Triton specializes a launch on: block sizes, contiguity, each pointer's 16-byte alignment,
-        each stride's `_int_spec` and each size's width (sizes are not specialized otherwise)."""
+        each stride's `_int_spec` and each size's width (sizes are not specialized otherwise); and the
+        device, whose context a compiled kernel is loaded in."""
         spec = self.spec
         n_t = spec.n_in + spec.n_out
         n_s = n_t + len(spec.symbols)
         return (cfg, all([t.is_contiguous() for t in args[:spec.n_in]]), *[t.data_ptr() % 16 == 0 for t in args[:n_t]],
-                *[-2 ** 31 <= v < 2 ** 31 for v in args[n_t:n_s]], *[_int_spec(v) for v in args[n_s:]])
+                *[-2 ** 31 <= v < 2 ** 31 for v in args[n_t:n_s]], *[_int_spec(v) for v in args[n_s:]], dev.index)
 
     def _launch_if_ready(self, args, cfg, n_outer: int, n_inner: int, dev) -> bool:
-        key = self._key(args, cfg)
+        key = self._key(args, cfg, dev)
         got = self._compiled.get(key)
         if got is None or got is False:
             if compiles_async(dev) and not self._ready(args, cfg, dev, key):
@@ -286,10 +288,11 @@ class TritonKernel:
         rows = n_outer * n_inner if self.spec.flat else n_outer
         x, r, warps = cfg
         grid = (rows + x - 1) // x
-        if got is True:  # Triton's path, which gives the compiled kernel to launch directly from now on
+        # the compiled kernel belongs to one device's context; Triton's path loads it for the current one
+        if got is True or self._current() != dev.index:
             done = self.kernel[(grid,)](*args, XBLOCK=x, RBLOCK=r, CONTIG=key[1], num_warps=warps)
-            if self._direct and hasattr(done, "packed_metadata"):
-                self._compiled[key] = done
+            if got is True and self._direct and hasattr(done, "packed_metadata") and self._current() == dev.index:
+                self._compiled[key] = done  # Triton's path gives the kernel to launch directly from now on
         else:
             got.run(grid, 1, 1, self._stream(dev.index), got.function, got.packed_metadata, None, None, None,
                     *args, x, r, key[1])

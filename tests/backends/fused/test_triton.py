@@ -315,3 +315,47 @@ def test_the_launch_key_separates_whatever_triton_specializes_on():
         def data_ptr(self):
             return self.p
     one_each(lambda p: p % 16 == 0, lambda p: spec_impl(backend, Ptr(p), False, True, True), [0, 4, 8, 12, 16, 32, 1 << 40, (1 << 40) + 4])
+
+
+def test_direct_launches_reuse_only_the_kernel_triton_launched_for_the_same_key_and_device(monkeypatch):
+    """The direct-launch bookkeeping with a stand-in Triton (no GPU here): the first launch of a key
+    goes through Triton's path and keeps what it returns; later launches with that key call its
+    launcher with the same arguments; another key, or another current device, goes through Triton again."""
+    cf = ds.compile(lambda x: (x * 2).relu() + 1, dynamic=True, backend="fused")
+    cf(torch.randn(5, 8))
+    real = cf.entries[0].fn.regions[0].tkernel
+    calls = []
+
+    class Compiled:
+        packed_metadata, function = "meta", "fn"
+
+        def run(self, *a):
+            calls.append(("direct", a[0], a[9:]))
+
+    class Jit:
+        def __getitem__(self, grid):
+            def launch(*a, **kw):
+                calls.append(("triton", grid[0], a + tuple(kw.values())))
+                return Compiled()
+            return launch
+    k = triton_run.TritonKernel.__new__(triton_run.TritonKernel)
+    k.__dict__.update(real.__dict__)
+    k.kernel, k._direct, k._compiled, k._tuned, k._untimed = Jit(), True, {}, {}, {}
+    k._stream = lambda index: "stream"
+    current = [0]
+    k._current = lambda: current[0]
+
+    class Dev:  # what the bookkeeping reads of a CUDA device
+        type, index = "cpu", 0
+    x, out = torch.randn(5, 8), torch.empty(5, 8)
+    args = (x, out, 5, 8, *x.stride())
+    monkeypatch.setattr(triton_run, "compiles_async", lambda dev: False)
+    for _ in range(3):
+        assert k._launch_if_ready(args, (1, 8, 4), 5, 8, Dev())
+    assert [c[0] for c in calls] == ["triton", "direct", "direct"]
+    assert calls[1][2][:len(args)] == args and calls[1][1] == calls[0][1]  # the same arguments and grid
+    current[0] = 1  # another device is current: Triton's path, and nothing kept from it
+    assert k._launch_if_ready(args, (1, 8, 4), 5, 8, Dev()) and calls[-1][0] == "triton"
+    current[0] = 0
+    k._launch_if_ready((x, out, 5, 8, 16, 1), (1, 8, 4), 5, 8, Dev())  # another stride: another key
+    assert calls[-1][0] == "triton" and len(k._compiled) == 2
