@@ -5,8 +5,9 @@ a background thread, the calls that run the region's torch calls meanwhile waite
 60 calls of the pointwise chain took 1.08 s where eager's take 74 ms). The child compiles and
 writes Triton's disk cache (the kernel, and the launcher Triton builds with the C compiler); the
 parent's own compile of the same kernel and specialization then finds both there in milliseconds. One child serves the process, started at its first compile
-(importing torch and triton takes it a second or two); where it fails or dies, the parent compiles
-in its thread as before.
+(importing torch and triton takes it a second or two) and ended with it; it holds a CUDA context of
+its own (some hundreds of MB of GPU memory) meanwhile. Where it fails or dies, the parent compiles in
+its thread as before.
 
     parent: Compiler().compile("/.../t1a2b.py", [("t", "float32", True), ("i", 4096)], {"XBLOCK": 1, ...}, 0)
     child:  python -m dynashape.backends.fused.triton_compile   (one JSON request a line, one reply a line)
