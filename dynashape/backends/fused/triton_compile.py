@@ -42,6 +42,14 @@ def describe(args) -> list:
             for a in args]
 
 
+def ready_to_launch(compiled) -> None:
+    """Load a compiled kernel and build its launcher now (Triton does both at the first launch, the
+    launcher with the C compiler where its disk cache has none: on the calling thread, under the GIL)."""
+    init = getattr(compiled, "_init_handles", None)
+    if init is not None:
+        init()
+
+
 class Compiler:
     """The parent's end: compile() blocks its (background) thread, not the GIL, until the child is done."""
 
@@ -93,10 +101,7 @@ def main() -> None:  # the child
                 spec.loader.exec_module(mod)
             args = [Mock(getattr(torch, a[1]), a[2]) if a[0] == "t" else a[1] for a in req["args"]]
             with torch.cuda.device(req["device"]):
-                done = mod.kernel.warmup(*args, grid=(1,), **req["kw"])
-                init = getattr(done, "_init_handles", None)  # the launcher too, into Triton's disk cache
-                if init is not None:
-                    init()
+                ready_to_launch(mod.kernel.warmup(*args, grid=(1,), **req["kw"]))  # the launcher into the cache too
             reply = {}
         except Exception as e:  # noqa: BLE001 - the parent compiles it itself and sees the error there
             reply = {"error": f"{type(e).__name__}: {e}"}

@@ -26,7 +26,7 @@ import torch
 from ...runtime.config import config
 from ...symbolic.printer import pyexpr
 from . import build
-from .triton_compile import Compiler, Mock, describe
+from .triton_compile import Compiler, Mock, describe, ready_to_launch
 from .tritongen import TritonSpec
 
 log = logging.getLogger("dynashape.fused")
@@ -207,14 +207,6 @@ def _direct_ok() -> bool:
 
 
 _compiler = Compiler()
-
-
-def ready_to_launch(compiled) -> None:
-    """Load a compiled kernel and build its launcher now (Triton does both at the first launch, the
-    launcher with the C compiler where its disk cache has none: on the calling thread, under the GIL)."""
-    init = getattr(compiled, "_init_handles", None)
-    if init is not None:
-        init()
 
 
 class TritonKernel:
