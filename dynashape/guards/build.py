@@ -64,6 +64,7 @@ class GuardSet:
         readable[first:first + len(self.shape_guards)] = [g.code for g in shape_guards]
         ns, src = {k: v for k, v in self.ns.items() if k != "guard"}, _source(lines)
         exec_source(src, "guards", ns)
+        native.adopt(ns)  # (a stand-in copied from self.ns is replaced here too when the extension loads)
         return dataclasses.replace(self, fn=ns["guard"], source=src, readable=readable,
                                    shape_guards=shape_guards, ns=ns, shape_at=(lines, at, spell, first))
 
@@ -169,23 +170,24 @@ def build_guards(tracer, env, *, globals_=None, closure=None, modules=(), grad_e
     alias_extra = _aliasing_guards(tracer, local_of, lines, readable, ns)
     alias_extra += _input_fact_guards(tracer, lines, readable, const)
     if pinned:
-        ns["_pinned"] = tuple(p for p, _ in pinned)
-        ns["_pinned_state"] = [st for _, st in pinned]
+        tensors = ns["_pinned"] = tuple(p for p, _ in pinned)
+        given = [st for _, st in pinned]
         names = ("requires_grad", "shape", "dtype", "is_cpu", "device")
         getters = tuple(getattr(torch._C.TensorBase, k) for k in names)
-        direct = all(getattr(tp, k, None) is g for tp in {type(p) for p in ns["_pinned"]}  # (once per class)
+        direct = all(getattr(tp, k, None) is g for tp in {type(p) for p in tensors}  # (once per class)
                      for k, g in zip(names, getters))
-        same = native.same(ns["_pinned"], [(rg, tuple(shape), dt, True if dev.type == "cpu" else dev)
-                                           for rg, shape, dt, dev in ns["_pinned_state"]],
-                           getters if direct else None)  # else a subclass redefines one: looked up
+        # in Python (on the CPU: is_cpu, which makes no device object) where the guard extension
+        # cannot be loaded, and while it loads (a stand-in, replaced in ns when it is loaded)
+        cpu = all(dev.type == "cpu" for *_, dev in given)
+        rg_shape = ns["_rg_shape"] = operator.attrgetter(*names[:3], "is_cpu" if cpu else "device")
+        state = ns["_pinned_state"] = [(rg, shape, dt, True if cpu else dev) for rg, shape, dt, dev in given]
+        same = native.same(tensors, [(rg, tuple(shape), dt, True if dev.type == "cpu" else dev)
+                                     for rg, shape, dt, dev in given],
+                           getters if direct else None,  # else a subclass redefines one: looked up
+                           ns=ns, key="_pinned_same", fallback=lambda: list(map(rg_shape, tensors)) == state)
         if same is not None:  # the same getters, called in C: 1.8 us for 16 parameters, 3.6 us in Python
-            ns["_pinned_same"] = same
             lines.append("if not _pinned_same(): return False")
-        else:  # on the CPU: is_cpu, which makes no device object
-            cpu = all(dev.type == "cpu" for *_, dev in ns["_pinned_state"])
-            ns["_rg_shape"] = operator.attrgetter(*names[:3], "is_cpu" if cpu else "device")
-            if cpu:
-                ns["_pinned_state"] = [(rg, shape, dt, True) for rg, shape, dt, _ in ns["_pinned_state"]]
+        else:
             lines.append("if list(map(_rg_shape, _pinned)) != _pinned_state: return False")
     for v in tracer.value_inputs:
         code, text = _value_check(v, const)
@@ -297,8 +299,8 @@ def _module_guards(modules, member_checks, state_guard, symbolic_attributes, con
         ns["_chain"] = itertools.chain.from_iterable
         lines.append(f"if tuple(_chain({const(ordered, 'od')})) != {const(tuple(k for d in ordered for k in d), 'odk')}: "
                      f"return False")
-    ns["_mw"] = native.watch(watched, owners)
-    lines += ["if not _mw():", "    _ms = _mw.snap()"] + [f"    {c}" for c in gated] + ["    _mw.commit(_ms)"]
+    native.watch(watched, owners, ns=ns, key="_mw")  # one object per call: `_mw` may be replaced meanwhile
+    lines += ["if not (_w := _mw)():", "    _ms = _w.snap()"] + [f"    {c}" for c in gated] + ["    _w.commit(_ms)"]
     return lines
 
 

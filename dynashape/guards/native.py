@@ -362,10 +362,11 @@ PyMODINIT_FUNC PyInit__dsguard(void) {
 class Unwatched:
     """The stand-in without the extension: every call counts as a change, so the checks always run."""
 
-    __slots__ = ("dicts",)
+    __slots__ = ("dicts", "upgrade")
 
-    def __init__(self, dicts: tuple):
+    def __init__(self, dicts: tuple, upgrade=None):
         self.dicts = dicts
+        self.upgrade = upgrade  # module -> the extension's watcher, to replace this one once loaded
 
     def __call__(self) -> bool:
         return False
@@ -380,46 +381,142 @@ class Unwatched:
         pass
 
 
+class Checked:
+    """A stand-in check in Python (`fn()`), replaced by the extension's (`upgrade(module)`) once loaded."""
+
+    __slots__ = ("fn", "upgrade")
+
+    def __init__(self, fn, upgrade):
+        self.fn, self.upgrade = fn, upgrade
+
+    def __call__(self) -> bool:
+        return self.fn()
+
+
 directory = [None]  # fn() -> the folder for the built extension; set by the runtime (runtime/compile.py)
 _state: dict = {}  # "module": the loaded extension, or "error": why there is none
-_lock = threading.Lock()
+_lock = threading.Lock()  # held while loading
+_ulock = threading.Lock()  # held while publishing the result, and for the lists below
+_loading: list = []  # the thread loading it (start()), while it runs
+_upgrades: list = []  # (namespace, key, stand-in) to replace once the extension is loaded
 
 
-def watch(dicts, owners=()) -> object:
+def start() -> None:
+    """Load the extension on a thread of its own (the first time in a cache folder: a C build of
+    0.1-0.4 s), so that no compile waits for it: until it is loaded, `watch` and `same` give
+    stand-ins, swapped for the extension's objects when it is. Called by `ds.compile`."""
+    if "module" in _state or "error" in _state or _loading:
+        return
+    with _ulock:
+        if _loading or "module" in _state or "error" in _state:
+            return
+        t = threading.Thread(target=extension, name="dynashape-guard-extension", daemon=True)
+        _loading.append(t)
+    t.start()
+
+
+def ready():
+    """The extension if it is loaded, else None at once (its loading started)."""
+    mod = _state.get("module")
+    if mod is None and "error" not in _state:
+        start()
+    return mod
+
+
+def _later(ns: dict | None, key: str | None, factory, standin):
+    """The extension's object `factory(module)` if it is loaded, else `standin` (with `ns` and `key`:
+    put in `ns[key]`, and replaced there by the extension's once it is loaded: `adopt`)."""
+    mod = ready()
+    if mod is not None:
+        obj = factory(mod)
+    elif standin is not None:
+        standin.upgrade, obj = factory, standin
+    else:
+        return None
+    if ns is not None:
+        ns[key] = obj
+        if obj is standin:
+            _adopt(ns, [(key, obj)])
+    return obj
+
+
+def adopt(ns: dict) -> None:
+    """The stand-ins in `ns` (a guard's namespace, or a copy of one) are replaced there by the
+    extension's objects once it is loaded, or now if it was meanwhile. A guard reads each name once
+    per call (a watcher's `snap` and `commit` are one object's), so a swap may happen between two
+    calls, on the loading thread."""
+    _adopt(ns, [(k, v) for k, v in ns.items() if type(v) in (Unwatched, Checked) and v.upgrade is not None])
+
+
+def _adopt(ns: dict, todo: list) -> None:
+    with _ulock:
+        mod = _state.get("module")
+        if mod is None:
+            if "error" not in _state:
+                _upgrades.extend((ns, k, v) for k, v in todo)
+            return
+    for k, v in todo:
+        if ns.get(k) is v:
+            ns[k] = v.upgrade(mod)
+
+
+def watch(dicts, owners=(), ns: dict | None = None, key: str | None = None) -> object:
     """A watcher of `dicts`, and of `owners` keeping their `__dict__` (`m.__dict__ = {...}` writes
     no dict: the old one is still watched): the extension's, or the stand-in. A dict subclass's
     writes move its tag too, but `OrderedDict.move_to_end` reorders without a write: the caller
-    checks the order of such dicts itself where it matters."""
+    checks the order of such dicts itself where it matters. With `ns` and `key` it is put in
+    `ns[key]`, and a stand-in given while the extension loads is replaced there when it is loaded."""
     dicts, owners = tuple(dicts), tuple(owners)
-    mod = extension()
-    if mod is None:
-        return Unwatched(dicts)
-    return mod.Watch(dicts, owners, tuple(vars(o) for o in owners))
+    return _later(ns, key, lambda m: m.Watch(dicts, owners, tuple(vars(o) for o in owners)), Unwatched(dicts))
 
 
-def same(tensors, state, getters=None) -> object | None:
+def same(tensors, state, getters=None, ns: dict | None = None, key: str | None = None, fallback=None):
     """A checker `s()` that is True while each tensor's (requires_grad, shape, dtype, device) is the
     one in `state` (a tuple of such, shapes as tuples, the device True for "on the CPU"), or None
     without the extension. `getters`: the getset descriptors of requires_grad, shape, dtype, is_cpu
     and device, when every tensor's type resolves to them (their C getters are then called without
-    an attribute lookup: 2.0 -> 1.4 us for 16 parameters)."""
-    mod = extension()
-    return mod.Same(tuple(tensors), tuple(state), getters) if mod is not None else None
+    an attribute lookup: 2.0 -> 1.4 us for 16 parameters). With `ns` and `key`: as for `watch`,
+    where `fallback()`, the same check in Python, stands in while the extension loads."""
+    tensors, state = tuple(tensors), tuple(state)
+    standin = Checked(fallback, None) if fallback is not None and why_not() is None else None
+    return _later(ns, key, lambda m: m.Same(tensors, state, getters), standin)
 
 
 def extension():
-    """The loaded extension module, or None (the reason in `why_not()`)."""
+    """The loaded extension module, or None (the reason in `why_not()`); waits while it loads."""
     mod = _state.get("module")
     if mod is not None or "error" in _state:
         return mod
+    upgrades = []
     with _lock:
         if "module" not in _state and "error" not in _state:
             try:
-                _state["module"] = _load()
+                got = {"module": _load()}
             except Exception as e:  # noqa: BLE001 - any failure means: the checks run on every call
-                _state["error"] = f"{type(e).__name__}: {e}"[:500]
-                log.info("dynashape: guard checks of module state run on every call (%s)", _state["error"])
-    return _state.get("module")
+                got = {"error": f"{type(e).__name__}: {e}"[:500]}
+                log.info("dynashape: guard checks of module state run on every call (%s)", got["error"])
+            with _ulock:
+                _state.update(got)
+                upgrades = _upgrades[:]
+                _upgrades.clear()
+                _loading.clear()
+    mod = _state.get("module")
+    for ns, key, standin in upgrades if mod is not None else ():
+        if ns.get(key) is standin:
+            ns[key] = standin.upgrade(mod)
+    return mod
+
+
+def _after_fork_in_child() -> None:
+    """A loading thread does not exist in a forked child: its lock may be held by it; start over."""
+    global _lock, _ulock
+    if "module" not in _state and "error" not in _state:
+        _lock, _ulock = threading.Lock(), threading.Lock()
+        _loading.clear()  # the stand-ins to replace stay listed: the child's own load replaces them
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def why_not() -> str | None:

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from ..guards import native as _native
 from ..guards.build import GuardSet, build_guards
 from ..guards.module_epoch import epoch as _module_epoch, hook_dicts
 from ..ir.graph import Graph
@@ -158,6 +159,7 @@ class CompiledFunction:
         self._cache = shared.cache
         self.stats = Stats()
         self.frame_state = shared.frame_state
+        _native.start()  # the guards' dict watcher loads (or builds) meanwhile: the first compile does not wait
         self._warned_limit = False
         self._fell_back = False  # the recompile limit was hit: misses run eagerly, unexplained
         self._eager_keys: set = set()  # past it: the argument sizes that missed every entry
