@@ -125,6 +125,25 @@ def report(title: str, med: dict) -> None:
         print(f"    {k:26s} {v * 1e6:9.1f} us{extra}")
 
 
+def kernels(fn, args, calls: int = 5) -> str:
+    """What one call runs on the GPU, from torch.profiler over `calls` calls: kernels and their GPU
+    time per call, the longest three by name, and the values read back to the host (each a sync)."""
+    from torch.profiler import ProfilerActivity, profile
+    fn(*args)
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            fn(*args)
+        torch.cuda.synchronize()
+    gpu = [e for e in prof.key_averages() if getattr(e, "device_type", None) == torch.autograd.DeviceType.CUDA]
+    total = sum(e.device_time_total for e in gpu) / calls
+    n = sum(e.count for e in gpu) / calls
+    top = sorted(gpu, key=lambda e: -e.device_time_total)[:3]
+    copies = sum(e.count for e in prof.key_averages() if e.key == "aten::_local_scalar_dense") / calls
+    return (f"{n:.0f} kernels {total:.1f} us GPU a call, device-to-host reads {copies:.0f}; longest: "
+            + ", ".join(f"{e.key[:48]} {e.device_time_total / calls:.1f} us" for e in top))
+
+
 def graphs_report(fn) -> str:
     """What the CUDA graphs of a compiled function did (ours + buckets)."""
     cf = getattr(fn, "compiled", None)
@@ -276,6 +295,7 @@ def main() -> int:
     ap.add_argument("--no-llama", action="store_true")
     ap.add_argument("--no-1b", action="store_true")
     ap.add_argument("--no-sequences", action="store_true")
+    ap.add_argument("--no-profile", action="store_true", help="no kernel profile of ours and Inductor per workload")
     ap.add_argument("--sequence-one", nargs=2, metavar=("CONTESTANT", "CASE"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.sequence_one:  # a child of sequence(): one contestant, one case, from a cold start
@@ -306,9 +326,16 @@ def main() -> int:
             a = tuple(_to(x, dev) for x in a)
             from dynashape.backends.fused import counters
             rejected = counters["rejected"]
-            report(title, steady(contestants(fn, inductor), a, args.budget))
+            runs = contestants(fn, inductor)
+            report(title, steady(runs, a, args.budget))
             if counters["rejected"] != rejected:
                 print(f"    (ours: {counters['rejected'] - rejected} kernel results rejected (NaN), torch's calls ran after)")
+            for name in ("ours", "inductor"):  # where the time goes (after the timing: the profiler slows calls)
+                if name in runs and not args.no_profile:
+                    try:
+                        print(f"    ({name}: {kernels(runs[name], a)})")
+                    except Exception as e:  # noqa: BLE001 - a profile is information, not a result
+                        print(f"    ({name}: no profile: {type(e).__name__}: {str(e)[:120]})")
     if not args.no_llama:
         for static in (False, True):
             decode_bench("tiny", dev, inductor, static)
