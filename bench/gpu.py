@@ -325,11 +325,15 @@ def main() -> int:
                 fn = fn.to(dev)
             a = tuple(_to(x, dev) for x in a)
             from dynashape.backends.fused import counters
-            rejected = counters["rejected"]
+            from dynashape.backends.fused import triton_run
+            rejected, tuned = counters["rejected"], dict(triton_run._load_choices())
             runs = contestants(fn, inductor)
             report(title, steady(runs, a, args.budget))
             if counters["rejected"] != rejected:
                 print(f"    (ours: {counters['rejected'] - rejected} kernel results rejected (NaN), torch's calls ran after)")
+            new = {k.split("|", 1)[1]: v for k, v in triton_run._load_choices().items() if k not in tuned}
+            if new:  # (XBLOCK, RBLOCK, warps) per size bucket (rows x row length, powers of two)
+                print(f"    (ours: block sizes tuned: {', '.join(f'{k}: {tuple(v)}' for k, v in new.items())})")
             for name in ("ours", "inductor"):  # where the time goes (after the timing: the profiler slows calls)
                 if name in runs and not args.no_profile:
                     try:
