@@ -107,14 +107,15 @@ def _msg(e):
     return f"{type(e).__name__}: {str(e).strip()}"
 
 
-def compare(want, got, reference=None, perturbed=None):
+def compare(want, got, reference=None, perturbed=None, compiled64=None):
     """(kind, exception types, message) for the first difference between eager's record `want` and
     the compiled function's `got`, or None. Kinds as the inference oracle's: wrong / crash / noraise /
     exc-type / leak. `reference()` gives eager's record in float64; it is asked only when values
     differ past the tolerance, and a difference it explains as rounding (`near`) is not one.
     `perturbed(k)`: eager's record with the inputs scaled by 1 + 1e-6 noise (seed k): an index or
     a comparison that differs is rounding's choice when eager's own answer moves under that noise
-    (argmax over values equal but for rounding)."""
+    (argmax over values equal but for rounding). `compiled64()`: the compiled function's record in
+    float64, asked last, where eager's own float32 result is far from float64's (`_ill_conditioned`)."""
     pending = []  # (index, message): values past the tolerance, for the float64 arbiter
     for i in range(max(len(want), len(got))):
         w = want[i] if i < len(want) else ("the end of the record", None)
@@ -147,6 +148,10 @@ def compare(want, got, reference=None, perturbed=None):
                 continue
             if perturbed is not None and _noise_explains(want, got, i, perturbed):
                 continue
+            if compiled64 is not None and i < len(ref) and _ill_conditioned(want, i, ref):
+                mine = compiled64()
+                if i < len(mine) and mine[i][0] == ref[i][0] and _close64(mine[i][1], ref[i][1]):
+                    continue
             return "wrong", "", f"{d}\n  compiled: {_short(got[i][1])}\n  eager:    {_short(want[i][1])}"
     return None
 
@@ -186,6 +191,41 @@ def _noise_explains(want, got, i, perturbed, tries=3) -> bool:
     for g, t, s in zip(gs, ws, spread):
         off = (g.double() - t.double()).abs()
         if not bool(((off <= 2 * s + 1e-5) | (g.isnan() & t.isnan()) | (g == t)).all()):
+            return False
+    return True
+
+
+def _ill_conditioned(want, i, ref) -> bool:
+    """Whether float32 cannot judge record `i`: eager's own float32 values are off from the float64
+    run's by more than 1% of the tensor's scale somewhere (the program amplifies rounding a
+    million-fold: train fuzz seed 25112941, a layer_norm of `x + s` with |s| ~ 8000, where eager's
+    gradient is off by 60 where the exact one is at most 25)."""
+    ws, rs = list(_tensors(want[i][1])), list(_tensors(ref[i][1]))
+    if not ws or len(ws) != len(rs):
+        return False
+    for w, r in zip(ws, rs):
+        if w.dtype.is_floating_point and w.shape == r.shape and w.numel():
+            w, r = w.double().cpu(), r.double().cpu()
+            fin = w.isfinite() & r.isfinite()
+            if fin.any() and float((w - r).abs()[fin].max()) > 1e-2 * max(float(r.abs()[fin].max()), 1e-30):
+                return True
+    return False
+
+
+def _close64(mine, ref) -> bool:
+    """The compiled function's float64 record against eager's: its logic, where float32 rounding
+    hides it; float64 leaves the amplified rounding at ~1e-8 of the scale."""
+    ms, rs = list(_tensors(mine)), list(_tensors(ref))
+    if len(ms) != len(rs):
+        return False
+    for m, r in zip(ms, rs):
+        if m.shape != r.shape:
+            return False
+        scale = float(r.double().abs().nan_to_num(0.0, 0.0, 0.0).max()) if r.numel() else 0.0
+        try:
+            torch.testing.assert_close(m.double().cpu(), r.double().cpu(), rtol=1e-6, atol=1e-6 * scale + 1e-9,
+                                       equal_nan=True)
+        except AssertionError:
             return False
     return True
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 import inspect
+import os
 import re
 import time
 
@@ -317,15 +318,23 @@ _SCRIPT = '''"""dynashape fuzz finding: {headline}
 Exit status 1 while the failure is there, 0 when fixed. Run: python {{this file}}
 """
 import math
+import os
 import sys
 import warnings
 
-import torch
-import torch.nn.functional as F
+DEVICE = {device!r}  # where the fuzz run found it: cpu, cuda, or interpret (Triton's interpreter on the CPU)
+if DEVICE == "interpret":
+    os.environ["TRITON_INTERPRET"] = "1"  # before triton is imported
 
-import dynashape as ds
-from dynashape.symbolic.symtypes import SymBase
-from dynashape.tracing.fake import FakeTensor
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+import dynashape as ds  # noqa: E402
+from dynashape.symbolic.symtypes import SymBase  # noqa: E402
+from dynashape.tracing.fake import FakeTensor  # noqa: E402
+
+if DEVICE == "interpret":
+    ds.config.triton = "cpu"  # every fused region as a Triton kernel
 
 {body}
 
@@ -335,15 +344,18 @@ MODE = {mode!r}  # dynashape.compile(..., dynamic=MODE)
 BACKEND = {backend!r}  # dynashape.compile(..., backend=BACKEND)
 
 
+_DEV = "cuda" if DEVICE == "cuda" else "cpu"  # the data drawn on the CPU, as the fuzzer does
+
+
 def make_inputs(dims, n, seed, alias=False, a=1.5):
     g = torch.Generator().manual_seed(seed)
     out = []
     for name, kind, shape in INPUTS:
         shape = [dims[d] if isinstance(d, str) else d for d in shape]
         if kind == "float":
-            out.append(torch.randn(shape, generator=g))
+            out.append(torch.randn(shape, generator=g).to(_DEV))
         elif kind == "mask":
-            out.append(torch.rand(shape, generator=g) > 0.5)
+            out.append((torch.rand(shape, generator=g) > 0.5).to(_DEV))
         elif kind == "scalar":
             out.append(float(a))
         else:
@@ -426,7 +438,15 @@ def script(f: Failure) -> str:
     if f.phase:
         return _train_script(f, body, used)
     return _SCRIPT.format(headline=f.headline().replace('"""', "'''"), body=body, inputs=inputs, calls=calls,
-                          mode=f.mode, name=p.name, backend=f.backend or ds.config.backend)
+                          mode=f.mode, name=p.name, backend=f.backend or ds.config.backend, device=_device())
+
+
+def _device() -> str:
+    """Where this run puts its inputs and kernels (`python -m tests.fuzz --device`)."""
+    from .phases import DEVICE
+    if DEVICE[0] == "cuda":
+        return "cuda"
+    return "interpret" if ds.config.triton == "cpu" and os.environ.get("TRITON_INTERPRET") == "1" else "cpu"
 
 
 def _train_script(f: Failure, body: str, used: set) -> str:
@@ -440,7 +460,7 @@ def _train_script(f: Failure, body: str, used: set) -> str:
         headline=f.headline().replace('"""', "'''"), phase=f.phase, phase_doc=phases.PHASES[f.phase][1],
         body=body, inputs=[(i.name, i.kind, tuple(i.dims), i.grad) for i in p.inputs], calls=calls, mode=f.mode,
         backend=f.backend or ds.config.backend, statements=[(s.out, len(s.lines)) for s in p.body], name=p.name,
-        harness=harness.rstrip())
+        harness=harness.rstrip(), device=_device())
 
 
 _TRAIN_SCRIPT = '''"""dynashape fuzz finding (training): {headline}
@@ -451,13 +471,21 @@ call, the inputs after it, every leaf's .grad after each backward (the loss: the
 times fixed random weights, summed). Exit status 1 while the failure is there, 0 when fixed.
 Run: python {{this file}}
 """
+import os
 import sys
 import warnings
 
-import torch
-import torch.nn.functional as F
+_DEVICE = {device!r}  # where the fuzz run found it: cpu, cuda, or interpret (Triton's interpreter on the CPU)
+if _DEVICE == "interpret":
+    os.environ["TRITON_INTERPRET"] = "1"  # before triton is imported
 
-import dynashape as ds
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+import dynashape as ds  # noqa: E402
+
+if _DEVICE == "interpret":
+    ds.config.triton = "cpu"  # every fused region as a Triton kernel
 
 {body}
 
@@ -477,6 +505,8 @@ STATEMENTS = {statements!r}  # (name, lines) of each statement of {name}: for `p
 
 # ---- the check
 def main():
+    if _DEVICE == "cuda":
+        DEVICE[0] = "cuda"
     warnings.simplefilter("ignore")
     ds.config.pgo = False  # no profile from an earlier run: each run starts fresh
     ds.config.fused_sync = True  # backend="fused": the kernels are built before the first call returns
@@ -487,7 +517,8 @@ def main():
         want = run_phase({name}, INPUTS, group, PHASE)
         got = run_phase(cf, INPUTS, group, PHASE)
         bad = compare(want, got, lambda: run_phase({name}, INPUTS, group, PHASE, torch.float64),
-                      lambda k: run_phase({name}, INPUTS, group, PHASE, perturb=k))
+                      lambda k: run_phase({name}, INPUTS, group, PHASE, perturb=k),
+                      lambda: run_phase(cf, INPUTS, group, PHASE, torch.float64))
         if bad is not None:
             kind, exc, message = bad
             print(f"BUG ({{kind}}): call {{done - 1}} (sizes {{group[-1][0]}}), phase {{PHASE}}: {{message}}")

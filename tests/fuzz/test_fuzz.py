@@ -302,6 +302,22 @@ def test_the_float64_arbiter_takes_eager_s_worst_error_as_the_noise_of_a_cancell
     assert kind == "wrong"
 
 
+def test_where_float32_cannot_judge_the_compiled_function_in_float64_does():
+    # eager's float32 gradient is off by 60 where the exact one is at most 25 (train fuzz seed
+    # 25112941): ours, off by more, stands only if its float64 run gives the float64 answer
+    exact = torch.tensor([24.7, -3.0, 0.5], dtype=torch.float64)
+    eager = [("leaf grads", [(exact + torch.tensor([60.0, 1.0, -2.0], dtype=torch.float64)).float()])]
+    ours = [("leaf grads", [(exact + torch.tensor([-500.0, 5.0, 9.0], dtype=torch.float64)).float()])]
+    ref = [("leaf grads", [exact])]
+    assert compare(eager, ours, lambda: ref, None, lambda: [("leaf grads", [exact + 1e-9])]) is None
+    wrong64 = [("leaf grads", [exact + torch.tensor([0.0, 0.0, 1e-3], dtype=torch.float64)])]
+    assert compare(eager, ours, lambda: ref, None, lambda: wrong64)[0] == "wrong"
+    assert compare(eager, ours, lambda: ref)[0] == "wrong"  # (without the float64 run of ours)
+    # where eager's float32 is good, a float32 difference is not excused by a good float64 run
+    fine = [("leaf grads", [(exact + 1e-5).float()])]
+    assert compare(fine, ours, lambda: ref, None, lambda: [("leaf grads", [exact])])[0] == "wrong"
+
+
 def test_the_record_comparison_classifies_crashes_noraises_and_exception_types():
     out = [("out", torch.ones(2))]
     assert compare(out + [("leaf grads", [None])], out + [("raised", "backward", RuntimeError("x"))])[0] == "crash"

@@ -62,7 +62,8 @@ def check_train_mode(fn, inputs, gs, eager, phase, mode) -> Failure | None:
         done += len(group)
         got = run_phase(cf, inputs, group, phase)
         bad = compare(want, got, lambda: run_phase(fn, inputs, group, phase, torch.float64),
-                      lambda k: run_phase(fn, inputs, group, phase, perturb=k))
+                      lambda k: run_phase(fn, inputs, group, phase, perturb=k),
+                      lambda: run_phase(cf, inputs, group, phase, torch.float64))
         if bad is not None:
             kind, exc, message = bad
             return Failure(kind, mode, done - 1, message, exc)  # the group's last call: the reducer keeps it

@@ -17,8 +17,8 @@ import torch
 import torch.nn.functional as F
 from torch.nn import _reduction
 
-from ...symbolic.symtypes import sym_min
-from .common import broadcast, check_equal, prod, same, shape
+from ...symbolic.symtypes import SymBase, sym_min
+from .common import broadcast, canonical_strides, check_equal, prod, same, shape
 from .registry import lookup, register
 
 NN = torch._C._nn
@@ -263,13 +263,42 @@ def _pad_shape(input, pad) -> tuple:
     return tuple(x)
 
 
+def _pad_layout(input, pad) -> None:
+    """Constant padding branches on its amounts: when none is positive it returns the input (narrowed
+    by the negative ones) cloned, in the input's layout; else a new tensor in the suggested memory
+    format, row-major for a transposed input. The meta kernel decides on the example's amounts, and
+    `stride()` / `is_contiguous()` of the result may be read: where the input's layout is not
+    torch.empty's (the two branches then lay the result out differently), the branch is decided here,
+    guarded (`F.pad(x.mT, (0, n % 3))`: n % 3 == 0 keeps x.mT's layout, fuzz seed 25112940)."""
+    if not any(isinstance(p, SymBase) for p in pad):
+        return  # plain amounts: the same branch on every call
+    if tuple(torch.Tensor.stride(input)) == canonical_strides(tuple(torch.Tensor.size(input))):
+        return  # row-major either way
+    all(p <= 0 for p in pad)  # each comparison decided (guarded) until the first positive amount
+
+
 @python_rule(F.pad)
 def pad(a):
+    if a.get("mode", "constant") == "constant":
+        _pad_layout(a["input"], a["pad"])
     return _pad_shape(a["input"], a["pad"])
 
 
-@register(NN.pad, torch.constant_pad_nd, *lookup(NN, *[f"{m}_pad{n}d" for m in ("reflection", "replication")
-                                                      for n in (1, 2, 3)]), *lookup(NN, "_pad_circular"))
+@register(torch.constant_pad_nd)
+def constant_pad(input, pad, *args, **_):
+    _pad_layout(input, pad)
+    return _pad_shape(input, pad)
+
+
+@register(NN.pad)
+def pad_nn(input, pad, mode="constant", *args, **_):
+    if mode == "constant":
+        _pad_layout(input, pad)
+    return _pad_shape(input, pad)
+
+
+@register(*lookup(NN, *[f"{m}_pad{n}d" for m in ("reflection", "replication") for n in (1, 2, 3)]),
+          *lookup(NN, "_pad_circular"))
 def pad_c(input, pad, *args, **_):
     return _pad_shape(input, pad)
 
