@@ -439,7 +439,8 @@ class FusedRegion(torch.autograd.Function):
     reads that eager would not keep is held as is: unchecked when no user can reach it (an
     intermediate of the graph, which changes nothing in place); with a copy taken at the forward
     where the graph itself changes tensors in place (after this region, x.mul_(3) may change an
-    input it read), used if the original changed; else checked when the backward runs, raising
+    input it read), used if the original changed (not under create_graph for an input that requires
+    grad: the copy has no history, so that backward raises); else checked when the backward runs, raising
     InputChangedError if the user changed it in between (as AOTAutograd's saved inputs do; a copy
     at every forward cost a cross-entropy step over 64x32000 logits 15%)."""
 
@@ -483,8 +484,8 @@ class FusedRegion(torch.autograd.Function):
             ins[i] = t
             if version is None or t._version == version:
                 continue
-            if copy is not None and not torch.is_grad_enabled():
-                ins[i] = copy
+            if copy is not None and (not torch.is_grad_enabled() or not ctx.needs[i]):
+                ins[i] = copy  # (under create_graph too where nothing differentiates it: a constant there)
             elif copy is not None:
                 raise InputChangedError(
                     f"dynashape: input {i} of the fused region {rt.name} ({rt.where()}) was changed in place "

@@ -346,6 +346,30 @@ def test_an_input_changed_in_place_before_a_double_backward_is_a_clear_error():
             torch.autograd.grad(out.sum(), x, create_graph=True)
 
 
+def test_an_input_the_graph_changes_after_reading_it_serves_a_double_backward_when_nothing_differentiates_it():
+    # where(x > 0, w, x), then x.mul_(1) in the same function: the region's copy of x (taken as the
+    # graph changes it later) stands in under create_graph, as eager's saved mask does (train fuzz
+    # seed 25112943 raised InputChangedError)
+    def f(x, w):
+        v0 = torch.where(x > 0, w, x)
+        x.view_as(x).mul_(2)
+        return v0 * 3
+
+    with ds.config.patch(fused_sync=True):
+        cf = ds.compile(f, dynamic=True, backend="fused")
+        for shape in [(2, 3, 4), (5, 4), (1, 1)]:
+            got = []
+            for fn in (f, cf):
+                torch.manual_seed(0)
+                x, w = torch.randn(*shape), torch.randn(shape[-1], requires_grad=True)
+                (g,) = torch.autograd.grad((fn(x, w) ** 2).sum(), w, create_graph=True)
+                (gg,) = torch.autograd.grad(g.pow(2).sum(), w)
+                got.append((g.detach(), gg, x))
+            for a, b in zip(*got):
+                torch.testing.assert_close(b, a)
+        assert any(e.fn.regions for e in cf.entries)
+
+
 @pytest.mark.parametrize("op", ["relu", "abs", "clamp", "sum"])
 def test_gradients_under_create_graph_require_grad_where_eager_s_do(op):
     # eager's relu backward reads the result, abs's the input: their gradients require grad even
