@@ -24,6 +24,8 @@ so double backward (`create_graph=True`) differentiates it like any other code.
 """
 from __future__ import annotations
 
+import contextlib
+
 import math
 import re
 from typing import NamedTuple
@@ -439,8 +441,8 @@ class FusedRegion(torch.autograd.Function):
     reads that eager would not keep is held as is: unchecked when no user can reach it (an
     intermediate of the graph, which changes nothing in place); with a copy taken at the forward
     where the graph itself changes tensors in place (after this region, x.mul_(3) may change an
-    input it read), used if the original changed (not under create_graph for an input that requires
-    grad: the copy has no history, so that backward raises); else checked when the backward runs, raising
+    input it read), used if the original changed (made with its history where it has one, for a
+    create_graph backward to differentiate through); else checked when the backward runs, raising
     InputChangedError if the user changed it in between (as AOTAutograd's saved inputs do; a copy
     at every forward cost a cross-entropy step over 64x32000 logits 15%)."""
 
@@ -465,8 +467,12 @@ class FusedRegion(torch.autograd.Function):
                     ctx.held[i] = (t.clone(), None, None)  # now, as eager keeps what it computes from them
                 elif i in rt.internal:
                     ctx.held[i] = (t, None, None)
-                else:  # a copy where the graph itself may change it after this region (x.mul_(3) later)
-                    ctx.held[i] = (t, t._version, t.clone() if rt.graph_mutates else None)
+                else:  # a copy where the graph itself may change it after this region (x.mul_(3) later),
+                    # with its history where it has one: a create_graph backward differentiates through it
+                    # to the value it had here, as eager's saved tensors do
+                    with torch.enable_grad() if t.requires_grad else contextlib.nullcontext():
+                        copy = t.clone() if rt.graph_mutates else None
+                    ctx.held[i] = (t, t._version, copy)
         ctx.needs = [ctx.needs_input_grad[2 + i] for i in range(n_in)]
         ctx.set_materialize_grads(False)  # an output nobody differentiates: None, as eager's graph sees it
         return out
@@ -484,8 +490,8 @@ class FusedRegion(torch.autograd.Function):
             ins[i] = t
             if version is None or t._version == version:
                 continue
-            if copy is not None and (not torch.is_grad_enabled() or not ctx.needs[i]):
-                ins[i] = copy  # (under create_graph too where nothing differentiates it: a constant there)
+            if copy is not None and (not torch.is_grad_enabled() or not ctx.needs[i] or copy.requires_grad):
+                ins[i] = copy
             elif copy is not None:
                 raise InputChangedError(
                     f"dynashape: input {i} of the fused region {rt.name} ({rt.where()}) was changed in place "

@@ -370,6 +370,33 @@ def test_an_input_the_graph_changes_after_reading_it_serves_a_double_backward_wh
         assert any(e.fn.regions for e in cf.entries)
 
 
+def test_an_input_requiring_grad_the_graph_changes_after_reading_it_serves_a_double_backward():
+    # x = leaf * 1; exp(x).clamp(max=1), then x[..., :1].add_(x[..., :1]): the region's copy of x keeps
+    # its history, so the gradient penalty differentiates through x's value before the change, as
+    # eager's saved tensors do (train/interpret fuzz seed 25112945 raised InputChangedError)
+    def f(x):
+        v5 = x.exp().clamp(max=1) * 2
+        v6 = x[..., :1]
+        v6.add_(v6)
+        return v5
+
+    with ds.config.patch(fused_sync=True):
+        cf = ds.compile(f, dynamic=True, backend="fused")
+        for shape in [(2, 3, 4), (5, 4), (1, 1)]:
+            got = []
+            for fn in (f, cf):
+                torch.manual_seed(0)
+                leaf = torch.randn(*shape, requires_grad=True)
+                out = fn(leaf * 1)
+                (g,) = torch.autograd.grad((out * torch.linspace(-1, 1, out.numel()).view(out.shape)).sum(),
+                                           leaf, create_graph=True)
+                (gg,) = torch.autograd.grad(g.pow(2).sum(), leaf)
+                got.append((out.detach(), g.detach(), gg))
+            for a, b in zip(*got):
+                torch.testing.assert_close(b, a)
+        assert any(e.fn.regions for e in cf.entries)
+
+
 @pytest.mark.parametrize("op", ["relu", "abs", "clamp", "sum"])
 def test_gradients_under_create_graph_require_grad_where_eager_s_do(op):
     # eager's relu backward reads the result, abs's the input: their gradients require grad even
