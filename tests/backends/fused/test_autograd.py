@@ -346,6 +346,21 @@ def test_an_input_changed_in_place_before_a_double_backward_is_a_clear_error():
             torch.autograd.grad(out.sum(), x, create_graph=True)
 
 
+def _gradient_penalty_matches_eager(f, run):
+    """`run(fn, shape)` -> what one forward, create_graph backward and second backward of `fn` give: the
+    compiled `f` (fused regions) gives eager's, over shapes; returns nothing, asserts."""
+    with ds.config.patch(fused_sync=True):
+        cf = ds.compile(f, dynamic=True, backend="fused")
+        for shape in [(2, 3, 4), (5, 4), (1, 1)]:
+            got = []
+            for fn in (f, cf):
+                torch.manual_seed(0)
+                got.append(run(fn, shape))
+            for a, b in zip(*got):
+                torch.testing.assert_close(b, a)
+        assert any(e.fn.regions for e in cf.entries)
+
+
 def test_an_input_the_graph_changes_after_reading_it_serves_a_double_backward_when_nothing_differentiates_it():
     # where(x > 0, w, x), then x.mul_(1) in the same function: the region's copy of x (taken as the
     # graph changes it later) stands in under create_graph, as eager's saved mask does (train fuzz
@@ -355,19 +370,13 @@ def test_an_input_the_graph_changes_after_reading_it_serves_a_double_backward_wh
         x.view_as(x).mul_(2)
         return v0 * 3
 
-    with ds.config.patch(fused_sync=True):
-        cf = ds.compile(f, dynamic=True, backend="fused")
-        for shape in [(2, 3, 4), (5, 4), (1, 1)]:
-            got = []
-            for fn in (f, cf):
-                torch.manual_seed(0)
-                x, w = torch.randn(*shape), torch.randn(shape[-1], requires_grad=True)
-                (g,) = torch.autograd.grad((fn(x, w) ** 2).sum(), w, create_graph=True)
-                (gg,) = torch.autograd.grad(g.pow(2).sum(), w)
-                got.append((g.detach(), gg, x))
-            for a, b in zip(*got):
-                torch.testing.assert_close(b, a)
-        assert any(e.fn.regions for e in cf.entries)
+    def run(fn, shape):
+        x, w = torch.randn(*shape), torch.randn(shape[-1], requires_grad=True)
+        (g,) = torch.autograd.grad((fn(x, w) ** 2).sum(), w, create_graph=True)
+        (gg,) = torch.autograd.grad(g.pow(2).sum(), w)
+        return g.detach(), gg, x
+
+    _gradient_penalty_matches_eager(f, run)
 
 
 def test_an_input_requiring_grad_the_graph_changes_after_reading_it_serves_a_double_backward():
@@ -380,21 +389,15 @@ def test_an_input_requiring_grad_the_graph_changes_after_reading_it_serves_a_dou
         v6.add_(v6)
         return v5
 
-    with ds.config.patch(fused_sync=True):
-        cf = ds.compile(f, dynamic=True, backend="fused")
-        for shape in [(2, 3, 4), (5, 4), (1, 1)]:
-            got = []
-            for fn in (f, cf):
-                torch.manual_seed(0)
-                leaf = torch.randn(*shape, requires_grad=True)
-                out = fn(leaf * 1)
-                (g,) = torch.autograd.grad((out * torch.linspace(-1, 1, out.numel()).view(out.shape)).sum(),
-                                           leaf, create_graph=True)
-                (gg,) = torch.autograd.grad(g.pow(2).sum(), leaf)
-                got.append((out.detach(), g.detach(), gg))
-            for a, b in zip(*got):
-                torch.testing.assert_close(b, a)
-        assert any(e.fn.regions for e in cf.entries)
+    def run(fn, shape):
+        leaf = torch.randn(*shape, requires_grad=True)
+        out = fn(leaf * 1)
+        weights = torch.linspace(-1, 1, out.numel()).view(out.shape)
+        (g,) = torch.autograd.grad((out * weights).sum(), leaf, create_graph=True)
+        (gg,) = torch.autograd.grad(g.pow(2).sum(), leaf)
+        return out.detach(), g.detach(), gg
+
+    _gradient_penalty_matches_eager(f, run)
 
 
 @pytest.mark.parametrize("op", ["relu", "abs", "clamp", "sum"])
