@@ -134,10 +134,10 @@ def _xent(n, a, g, o):
     pre = [f"{o}_w = torch.where({keep}, {share}, 0.0).unsqueeze(1)",
            f"{o}_hot = torch.arange({X}.size(1), device={X}.device) == {T}.unsqueeze(1)"]
     # softmax from the per-row logsumexp the forward kernel wrote (one pass over the logits, not
-    # three), when it did: not for a loss inside the region, nor under create_graph (the saved
+    # three; in float64, the difference too, then the exp in the logits' dtype), when it did: not for a loss inside the region, nor under create_graph (the saved
     # value does not carry its dependence on the logits)
     p = f"{X}.softmax(1)" if a.lse is None else \
-        f"({X}.softmax(1) if {a.lse} is None else torch.exp({X} - {a.lse}.unsqueeze(1)))"
+        f"({X}.softmax(1) if {a.lse} is None else torch.exp(({X} - {a.lse}.unsqueeze(1)).to({X}.dtype)))"
     return {"_pre": pre, 0: f"({p} - {o}_hot.to({X}.dtype)) * {o}_w"}
 
 

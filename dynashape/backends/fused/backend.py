@@ -12,6 +12,7 @@ region is one call returning its outputs:
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import warnings
@@ -131,6 +132,14 @@ class FusedBackend:
         return tiered
 
 
+class _Stored:
+    """A kernel output written in a dtype of its own, not its graph node's (the generators read
+    `.meta.dtype`): cross-entropy's per-row logsumexp, kept in float64 for the backward."""
+
+    def __init__(self, node, dtype):
+        self.node, self.meta = node, dataclasses.replace(node.meta, dtype=dtype)
+
+
 def _identity(fn):
     return fn
 
@@ -169,7 +178,7 @@ class RegionRuntime:
         self.n_aux = 0
         for o in region.outputs:
             if autodiff.saves_lse(region, o):
-                outs.append((o, lw.xent_lse(o), "row"))
+                outs.append((_Stored(o, torch.float64), lw.xent_lse(o), "row"))
                 self.n_aux += 1
         self.spec = CppGen(region, lw.ir, outs).generate()
         self.formulas = {sym: expr for expr, sym in lw.float_exprs.items()}  # computed by the caller
@@ -409,7 +418,7 @@ class RegionRuntime:
         aux = [f"lse{j}" for j, o in enumerate(r.outputs) if autodiff.saves_lse(r, o)]
         for j, a in enumerate(aux):
             lines.append(f"    {a} = _empty(({pyexpr(r.domain[0]) if not isinstance(r.domain[0], int) else r.domain[0]},), "
-                         f"dtype={r.outputs[int(a[3:])].meta.dtype}{on})")
+                         f"dtype=torch.float64{on})")  # (lower.py's _lse64)
         if device:  # Triton takes the tensors
             ints = [s.name for s in self.tkernel.spec.symbols] + [f"*{a}.stride()" for a in ins]
             lines.append(f"    if not _kernel({', '.join(ins + outs + aux + ints)}):")  # compiling: torch's calls

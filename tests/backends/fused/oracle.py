@@ -44,3 +44,23 @@ def check_fused(fn, cases, *, fused=True, grad=False, compiles=1, **tol):
 def regions(cf) -> list[list[str]]:
     """The names of the graph calls each compiled region of the newest entry runs."""
     return [[n.name for n in rt.region.nodes] for rt in cf.entries[0].fn.regions]
+
+
+def no_less_accurate_than_eager(fn, x, backend="fused"):
+    """`fn(x)` and its gradient, compiled, are no farther from the float64 run than eager's float32
+    (times 2, plus float32's resolution at their scale): an error of the same size as eager's
+    rounding passes, a formula that loses digits does not."""
+    cf = ds.compile(fn, dynamic=True, backend=backend)
+    got = {}
+    for name, f, dt in (("eager", fn, torch.float32), ("ours", cf, torch.float32), ("exact", fn, torch.float64)):
+        xx = x.to(dt).detach().requires_grad_()
+        out = f(xx)
+        out.backward()
+        got[name] = (out.detach().double(), xx.grad.double())
+    for k in range(2):
+        exact = got["exact"][k]
+        slack = 1e-7 * float(exact.abs().max()) * 1e-2
+        eager_err = float((got["eager"][k] - exact).abs().max())
+        ours_err = float((got["ours"][k] - exact).abs().max())
+        assert ours_err <= 2 * eager_err + slack, (("loss", "gradient")[k], ours_err, eager_err)
+    return cf

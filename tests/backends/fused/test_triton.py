@@ -17,7 +17,7 @@ import triton.language as tl  # noqa: E402
 from dynashape.backends.fused import tmath as TM  # noqa: E402
 from dynashape.backends.fused import triton_run  # noqa: E402
 from dynashape.backends.fused.tritongen import NoTriton, texpr  # noqa: E402
-from .oracle import check_fused  # noqa: E402
+from .oracle import check_fused, no_less_accurate_than_eager  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")  # numpy under the interpreter: log(0) in masked lanes
 
@@ -92,6 +92,16 @@ def test_cross_entropy_with_ignored_targets_matches_eager_and_an_out_of_range_ta
         f(torch.randn(4, 50), torch.tensor([0, 2, 60, 3]))
     with pytest.raises(IndexError):
         cf(torch.randn(4, 50), torch.tensor([0, 2, 60, 3]))
+
+
+def test_cross_entropy_over_large_logits_keeps_eager_s_digits_in_its_loss_and_gradient():
+    # the saved logsumexp in float64 (train fuzz seed 25112946, through the Triton kernels)
+    torch.manual_seed(0)
+    x = torch.randn(16, 300) * 40
+    t = x.argmax(-1)
+    before = triton_run.counters["launches"]
+    no_less_accurate_than_eager(lambda v: F.cross_entropy(v, t), x)
+    assert triton_run.counters["launches"] > before
 
 
 def test_half_inputs_int_and_bool_values_keep_eager_dtypes():
