@@ -330,7 +330,7 @@ def main() -> int:
             runs = contestants(fn, inductor)
             report(title, steady(runs, a, args.budget))
             if counters["rejected"] != rejected:
-                print(f"    (ours: {counters['rejected'] - rejected} kernel results rejected (NaN), torch's calls ran after)")
+                print(f"    (ours: {counters['rejected'] - rejected} kernel results rejected (a target out of range), torch's calls ran after)")
             new = {k.split("|", 1)[1]: v for k, v in triton_run._load_choices().items() if k not in tuned}
             if new:  # (XBLOCK, RBLOCK, warps) per size bucket (rows x row length, powers of two)
                 print(f"    (ours: block sizes tuned: {', '.join(f'{k}: {tuple(v)}' for k, v in new.items())})")

@@ -404,13 +404,13 @@ class RegionRuntime:
             if ops.family(o) == "xent":
                 dims = [r.domain[0]]
                 red, ii = ops.arg(o, 6, "reduction", "mean"), ops.arg(o, 4, "ignore_index", -100)
+                # a target out of range: torch's calls give eager's error (a NaN or inf logit's NaN stands)
+                epilogue.append(f"    if not _targets_in_range(out{j}):")
+                epilogue.append(f"        return _rt.rejected({params})")
                 if red == "sum":
                     epilogue.append(f"    out{j} = out{j}.sum()")
                 elif red == "mean":
                     epilogue.append(f"    out{j} = out{j}.sum() / (a1 != {ii}).sum()")
-                # NaN: a NaN logit, or a target out of range: let torch give its result or its error
-                epilogue.append(f"    if out{j}.isnan().any():")
-                epilogue.append(f"        return _rt.rejected({params})")
             shape = ", ".join(pyexpr(s) if not isinstance(s, int) else str(s) for s in dims)
             shape = f"({shape},)" if len(dims) == 1 else f"({shape})"
             lines.append(f"    out{j} = _empty({shape}, dtype={o.meta.dtype}{on})")
@@ -437,7 +437,8 @@ class RegionRuntime:
         src = "\n".join(lines) + "\n"
         ns = {"torch": torch, "_empty": torch.empty, "_zeros": torch.zeros, "_fresh": _fresh,
               "_kernel": self.tkernel if device else self.kernel, "_nthreads": torch.get_num_threads,
-              "_grad_on": torch.is_grad_enabled, "_rt": self, "_apply": autodiff.FusedRegion.apply}
+              "_grad_on": torch.is_grad_enabled, "_rt": self, "_apply": autodiff.FusedRegion.apply,
+              "_targets_in_range": targets_in_range}
         exec_source(src, "fused-region-triton" if device else "fused-region", ns)
         fn = ns[self.name]
         fn.source = src
@@ -445,8 +446,8 @@ class RegionRuntime:
         return fn
 
     def rejected(self, *args):
-        """The torch calls where the kernel ran but its result cannot stand (a cross-entropy's NaN: a NaN
-        logit, or a target out of range, whose error torch gives); counted, as each costs both."""
+        """The torch calls where the kernel ran but its result cannot stand (a cross-entropy's target out
+        of range, whose error torch gives); counted, as each costs both."""
         build.counters["rejected"] += 1
         return self.torch_calls(*args)
 
@@ -482,6 +483,26 @@ def _internal(t) -> bool:
     if name is not None:
         return ops.family(t) in ("pointwise", "reduce", "composite", "xent") and name not in ops.CASTS
     return getattr(t.target, "__name__", None) in _FRESH_CALLS
+
+
+XENT_RANGE = ("cross_entropy: a target is outside [0, number of classes) and is not ignore_index (eager's "
+              "nll_loss asserts on the device too)")
+_NEG_INF = float("-inf")
+
+
+def assert_targets_in_range(rows) -> None:
+    """Raise, asynchronously on CUDA (no read-back), where a cross-entropy kernel's per-row losses hold
+    -inf: the mark of a target out of range (lower.py's _xent; no loss is -inf)."""
+    torch._assert_async(rows.ne(_NEG_INF).all(), XENT_RANGE)
+
+
+def targets_in_range(rows) -> bool:
+    """False where a target is out of range, for torch's calls to give eager's error; on CUDA eager's
+    nll_loss asserts on the device, and so does this, with no read-back a call."""
+    if rows.is_cuda:
+        assert_targets_in_range(rows)
+        return True
+    return not bool((rows == _NEG_INF).any())
 
 
 def _fresh(t, shape, dtype):

@@ -336,8 +336,15 @@ class Lowerer:
         tv = self.value(t, (i0,))
         picked = self.cast(ir.gather(self.buf[x], (i0, 0), 1, x.meta.shape[1], tv, dt), torch.float64)
         valid = ir.op("ne", (tv, ir.const(ii, torch.int64)), torch.bool)
-        return ir.op("where", (valid, ir.op("sub", (lse, picked), torch.float64), ir.const(0.0, torch.float64)),
-                     torch.float64)
+        # a target out of [0, C) that is not ignored: -inf, which no loss is (the logsumexp is at least
+        # every logit, or NaN), so the wrapper tells it from a NaN or inf logit's NaN (eager raises)
+        c = x.meta.shape[1]
+        c = ir.const(c, torch.int64) if isinstance(c, int) else ir.sym(c, torch.int64)
+        inside = ir.op("logical_and", (ir.op("ge", (tv, ir.const(0, torch.int64)), torch.bool),
+                                       ir.op("lt", (tv, c), torch.bool)), torch.bool)
+        loss = ir.op("where", (inside, ir.op("sub", (lse, picked), torch.float64),
+                               ir.const(float("-inf"), torch.float64)), torch.float64)
+        return ir.op("where", (valid, loss, ir.const(0.0, torch.float64)), torch.float64)
 
     def _lse64(self, x, dt):
         """A row's logsumexp in float64 from the row pass's max (one of the logits, exact) and sum of

@@ -1,5 +1,7 @@
 """Lowering oracles: every op family the loop IR expresses, fused vs eager over many shapes
 (odd sizes, non-contiguous inputs, broadcasting, dtypes); sizes 0 and 1 (specialized) too."""
+import re
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -183,19 +185,45 @@ def test_cross_entropy_is_one_pass_over_the_logits():
     assert any("cross_entropy" in r[-1] for r in regions(cf))
 
 
-def test_cross_entropy_s_kernel_result_stands_unless_it_is_nan():
-    """A NaN loss (a NaN logit) re-runs the torch calls for eager's result: counted as a rejected kernel
-    result, so a benchmark can tell a kernel that keeps falling back (each call then costs both)."""
+def cross_entropy_edge_cases(cf, f):
+    """Non-finite logits give eager's NaN/inf from the kernel itself (no result rejected, so no read-back
+    or rerun); a target out of range, ignored or not, gives eager's error through torch's calls."""
     from dynashape.backends.fused import counters
-    f = lambda x, t: F.cross_entropy(x, t)
+    nan, inf = float("nan"), float("inf")
+    for case in range(6):
+        x, t = torch.randn(6, 40), torch.randint(0, 40, (6,))
+        x[[0, 1, 2, 3, 4, 5][case], :] = [0.5, nan, inf, -inf, -inf, nan][case]  # a row all one value
+        x[1, 3], x[2, t[2]], x[3, t[3]] = nan, -inf, inf
+        t[5] = 1  # the ignored target
+        before = counters["rejected"]
+        torch.testing.assert_close(cf(x, t), f(x, t), equal_nan=True)
+        assert counters["rejected"] == before, "a kernel result with no bad target was rejected"
+    for bad in (40, -1, 10 ** 6):
+        t[4] = bad
+        with pytest.raises(IndexError) as want:
+            f(x, t)
+        before = counters["rejected"]
+        with pytest.raises(IndexError) as got:
+            cf(x, t)
+        assert str(got.value) == str(want.value) and counters["rejected"] == before + 1
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+def test_cross_entropy_over_non_finite_logits_keeps_the_kernel_result_and_a_bad_target_raises_eager_s_error(reduction):
+    def f(x, t):
+        return F.cross_entropy(x * 1.5, t, reduction=reduction, ignore_index=1)
     x, t = torch.randn(6, 40), torch.randint(0, 40, (6,))
-    cf = check_fused(f, [(x, t)])
-    before = counters["rejected"]
-    torch.testing.assert_close(cf(x, t), f(x, t))
-    assert counters["rejected"] == before
-    x[2, 3] = float("nan")
-    torch.testing.assert_close(cf(x, t), f(x, t), equal_nan=True)
-    assert counters["rejected"] == before + 1
+    cross_entropy_edge_cases(check_fused(f, [(x, t)]), f)
+
+
+def test_the_device_check_of_cross_entropy_targets_raises_only_on_a_minus_inf_row():
+    """On CUDA the wrapper asserts on the device (as eager's nll_loss does) instead of reading back;
+    the assertion itself runs here on CPU tensors."""
+    from dynashape.backends.fused.backend import XENT_RANGE, assert_targets_in_range
+    nan, inf = float("nan"), float("inf")
+    assert_targets_in_range(torch.tensor([0.5, nan, inf, 0.0]))
+    with pytest.raises(RuntimeError, match=re.escape(XENT_RANGE)):
+        assert_targets_in_range(torch.tensor([0.5, nan, -inf, 0.0]))
 
 
 def test_cross_entropy_with_a_bad_target_raises_torchs_error():

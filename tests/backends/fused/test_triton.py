@@ -94,6 +94,16 @@ def test_cross_entropy_with_ignored_targets_matches_eager_and_an_out_of_range_ta
         cf(torch.randn(4, 50), torch.tensor([0, 2, 60, 3]))
 
 
+@pytest.mark.parametrize("reduction", ["mean", "none"])
+def test_cross_entropy_over_non_finite_logits_keeps_the_kernel_result_and_a_bad_target_raises_eager_s_error(reduction):
+    from .test_lower import cross_entropy_edge_cases
+
+    def f(x, t):
+        return F.cross_entropy(x * 1.5, t, reduction=reduction, ignore_index=1)
+    x, t = torch.randn(6, 40), torch.randint(0, 40, (6,))
+    cross_entropy_edge_cases(launched(f, [(x, t)]), f)
+
+
 def test_cross_entropy_over_large_logits_keeps_eager_s_digits_in_its_loss_and_gradient():
     # the saved logsumexp in float64 (train fuzz seed 25112946, through the Triton kernels)
     torch.manual_seed(0)
