@@ -102,6 +102,13 @@ def candidates(flat: bool, n_outer: int, n_inner: int) -> list[tuple[int, int, i
         for cfg in ((x, r, 4 if x * r <= 2048 else 8), (max(1, x // 4), r, 4)):
             if cfg not in out:
                 out.append(cfg)
+    if n_outer < PROGRAMS and n_inner > 4096:
+        # few long rows (a cross-entropy's 64 x 32000): one program a row leaves most of each SM idle at
+        # 4-8 warps, waiting on its loads; 16 or 32 warps keep more of the row in flight (as eager's
+        # softmax kernels run 1024 threads a row)
+        for cfg in ((1, _pow2(n_inner, 8192), 16), (1, _pow2(n_inner, 16384), 32)):
+            if cfg not in out:
+                out.append(cfg)
     return out
 
 
