@@ -119,6 +119,12 @@ class Lowerer:
         else:
             fam = ops.family(v)
             got = getattr(self, "_" + fam)(v, idx)
+            half = getattr(v.meta, "dtype", None)
+            if half in (torch.float16, torch.bfloat16) and fam not in ("identity", "view") \
+                    and not (got.kind == "op" and got.key[:2] == ("cast", half)):
+                # computed in float32, rounded to the half type as eager's result of each op is: unrounded,
+                # `(x * 10).long()` or `x * 3 > 1` of a bfloat16 x gave other integers and booleans
+                got = self.ir.op("cast", (got,), torch.float32, half)
         self.memo[key] = got
         return got
 

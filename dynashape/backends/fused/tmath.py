@@ -31,8 +31,9 @@ def mod(a, b):
 @triton.jit
 def _bf16_bits(x):
     """float32 -> bfloat16 bits, rounded to nearest even (NaN stays a quiet NaN), as torch rounds; the
-    interpreter's own conversion truncates, so both places use this."""
-    u = x.to(tl.uint32, bitcast=True)
+    interpreter's own conversion truncates, so both places use this. A float64 (a cross-entropy's
+    loss) goes through float32 first, as torch's conversion does."""
+    u = x.to(tl.float32).to(tl.uint32, bitcast=True)
     r = (u + 0x7FFF + ((u >> 16) & 1)) >> 16
     return tl.where((u & 0x7FFFFFFF) > 0x7F800000, (u >> 16) | 0x40, r)
 

@@ -123,6 +123,8 @@ def _op(n, a) -> str:
     if name in infix:
         if name == "div" and not dt.is_floating_point:
             raise NoTriton("an integer division")
+        if dt == torch.bool and name in ("add", "mul"):  # torch's bool + is or, * is and; Triton's i1 wraps (1 + 1 == 0)
+            return f"({a[0]} {'|' if name == 'add' else '&'} {a[1]})"
         return f"({a[0]} {infix[name]} {a[1]})"
     x = a[0] if a else None
     one, zero = _lit(1, dt), _lit(0, dt)

@@ -163,6 +163,23 @@ def test_infinite_rows_give_eager_results_in_logsumexp_softmax_and_cross_entropy
     check_fused(f, [(x, torch.tensor([0, 1, 2, 3, 4]))], equal_nan=True)
 
 
+def half_precision_rounding(dtype):
+    """Each op of a half-type tensor rounds its result to that type in eager: integer casts,
+    comparisons, floor and casts to another type of the fused result see the same values (it kept
+    float32's: `(x * 10).long()` of a bfloat16 x gave other integers)."""
+    def f(x, w):
+        y = x * 10
+        return y.long(), y.to(torch.int32) % 7, (x * w > 1.5), (x * 7 + w).floor(), (x * 3).float(), \
+            (x / 3).to(torch.float16 if dtype == torch.bfloat16 else torch.bfloat16), (y * y).sum(-1).long()
+    return f, [(torch.randn(n, 257, dtype=dtype), torch.randn(257, dtype=dtype)) for n in (3, 40)]
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_half_precision_results_are_rounded_per_op_as_eager_s(dtype):
+    f, cases = half_precision_rounding(dtype)
+    check_fused(f, cases, rtol=0, atol=0)
+
+
 def test_bitwise_ops_on_integers_and_same_dtype_casts_keep_eager_semantics():
     def f(x, i):
         y = x * 2

@@ -75,6 +75,29 @@ def test_column_sums_and_a_total_mean_match_eager():
     launched(f, [(torch.randn(n, 4, 9),) for n in (3, 5, 17)])
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_half_precision_results_are_rounded_per_op_as_eager_s(dtype):
+    from .test_lower import half_precision_rounding
+    f, cases = half_precision_rounding(dtype)
+    launched(f, cases, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_a_half_precision_cross_entropy_stores_its_float64_loss(dtype):
+    """The loss is formed in float64: stored as bfloat16 it went through a 32-bit bitcast (a crash)."""
+    def f(x, t):
+        return F.cross_entropy(x * 2, t), F.cross_entropy(x, t, reduction="none")
+    launched(f, [(torch.randn(n, 50, dtype=dtype), torch.randint(0, 50, (n,))) for n in (3, 17)])
+
+
+def test_bool_sums_and_products_are_or_and_and_as_in_torch():
+    """Triton's one-bit integers wrap (True + True == False); torch's bool + is or, * is and."""
+    def f(x, y):
+        b, c = (x * 2).gt(0), y.lt(0.5)
+        return (b * b + b).sum(-1), (b + c) * 1.5, (b * c).int(), torch.where(b + c, x, y)
+    launched(f, rows(((3, 7), (3, 7)), ((9, 130), (9, 130))), rtol=0, atol=0)
+
+
 def test_nan_in_a_row_shows_in_its_max_as_in_eager():
     def f(x):
         return (x + 1).amax(-1), (x * 2).amin(-1)
