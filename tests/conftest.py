@@ -4,7 +4,8 @@ the suite never writes profiles into the user's home directory.
 DYNASHAPE_TEST_BACKEND=fused runs the whole suite with `ds.compile`'s default backend set to
 "fused" (kernels built before the first call returns, one kernel cache for the session); tests
 that name a backend keep theirs. DYNASHAPE_TEST_TRITON=cpu runs every fused region of the suite
-as a Triton kernel (in Triton's interpreter where there is no GPU)."""
+as a Triton kernel (in Triton's interpreter where there is no GPU); DYNASHAPE_TEST_SM90=FILE records
+each Triton launch there for tests/backends/fused/sm90.py to compile for an H100."""
 import os
 
 import pytest
@@ -14,6 +15,10 @@ import dynashape as ds
 
 if "TRITON_INTERPRET" not in os.environ and not torch.cuda.is_available():
     os.environ["TRITON_INTERPRET"] = "1"  # no GPU: the Triton kernels the suite builds run on CPU tensors
+
+if os.environ.get("DYNASHAPE_TEST_SM90"):  # record every Triton launch, to compile for an H100 after
+    from tests.backends.fused.sm90 import Recorder
+    Recorder(os.environ["DYNASHAPE_TEST_SM90"]).install()
 
 TEST_BACKEND = os.environ.get("DYNASHAPE_TEST_BACKEND") or ds.config.backend
 TEST_TRITON = os.environ.get("DYNASHAPE_TEST_TRITON") or ds.config.triton

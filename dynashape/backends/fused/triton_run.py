@@ -86,6 +86,11 @@ def _pow2(n: int, cap: int) -> int:
     return min(1 << (n - 1).bit_length(), cap) if n > 1 else 1
 
 
+# Each op rounds its result, as eager's kernels do: no a * b + c contracted into one fused multiply-add
+# (Triton's default), whose one rounding can move a comparison or an integer cast of the sum off
+# eager's (the C++ kernels compile as ISO C++17, where g++ does not contract either)
+OPTIONS = {"enable_fp_fusion": False}
+
 PROGRAMS = 256  # programs (rows / XBLOCK) the heuristic leaves at least, where there are rows enough
 
 
@@ -289,7 +294,7 @@ class TritonKernel:
         grid = (rows + x - 1) // x
         # the compiled kernel belongs to one device's context; Triton's path loads it for the current one
         if got is True or self._current() != dev.index:
-            done = self.kernel[(grid,)](*args, XBLOCK=x, RBLOCK=r, CONTIG=key[1], num_warps=warps)
+            done = self.kernel[(grid,)](*args, XBLOCK=x, RBLOCK=r, CONTIG=key[1], num_warps=warps, **OPTIONS)
             if got is True and self._direct and hasattr(done, "packed_metadata") and self._current() == dev.index:
                 self._compiled[key] = done  # Triton's path gives the kernel to launch directly from now on
         else:
@@ -315,7 +320,7 @@ class TritonKernel:
 
     def _compile(self, key, mocks, cfg, dev) -> None:
         x, r, warps = cfg
-        kw = dict(XBLOCK=x, RBLOCK=r, CONTIG=key[1], num_warps=warps)
+        kw = dict(XBLOCK=x, RBLOCK=r, CONTIG=key[1], num_warps=warps, **OPTIONS)
         if dev.type == "cuda":  # in a child process first: the compile holds the GIL (triton_compile)
             why = _compiler.compile(self.path, describe(mocks), kw, dev.index)
             if why is not None:
@@ -336,7 +341,7 @@ class TritonKernel:
         rows = n_outer * n_inner if self.spec.flat else n_outer
         grid = ((rows + x - 1) // x,)
         contig = all(t.is_contiguous() for t in args[:self.spec.n_in])
-        self.kernel[grid](*args, XBLOCK=x, RBLOCK=r, CONTIG=contig, num_warps=warps)
+        self.kernel[grid](*args, XBLOCK=x, RBLOCK=r, CONTIG=contig, num_warps=warps, **OPTIONS)
 
     def _time(self, args, n_outer: int, n_inner: int, cfg) -> float:
         import triton.testing
