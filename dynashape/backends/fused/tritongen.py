@@ -42,7 +42,7 @@ class TritonSpec:
     flat: bool  # flat (pointwise) kernel, else one row per XBLOCK lane
     n_in: int
     n_out: int
-    symbols: list  # sympy symbols passed as int64 scalars, in order
+    symbols: list  # sympy symbols passed as int64 scalars (a float one as float32), in order
     stride_dims: list  # per input: its rank (its strides follow the symbols)
     out_kinds: list = field(default_factory=list)  # 'full' | 'row' | 'col' | 'total' per output
     n_outer: object = 1  # sympy: rows (flat: all elements are n_outer * n_inner)
@@ -251,9 +251,7 @@ class _Scope:
         if n.kind == "const":
             return _full(n.key[0], n.dtype)
         if n.kind == "sym":
-            e = n.key[0]
-            if any(not s.is_integer for s in e.free_symbols):
-                raise NoTriton("a float symbol (Triton would pass it as float32)")
+            e = n.key[0]  # (a float symbol: its float32 value, which only a float32 cast reads, _float_symbols_ok)
             return f"({texpr(e)} + z).to({TL[n.dtype]})"
         if n.kind == "reduce":
             return f"red{n.id}"
@@ -345,6 +343,26 @@ class TritonGen:
         dt = self.outputs[i][0].meta.dtype
         return f"TM.to_bf16({v})" if dt == torch.bfloat16 else f"{v}.to({TL[dt]})"
 
+    def _float_symbols_ok(self) -> bool:
+        """Whether each float symbol (a module's eps under dynamic=True, a float formula's stand-in) is
+        a lone symbol of the kernel's expressions that only a cast to float32 or a half type reads:
+        Triton passes a Python float as float32, the value that cast gives from float64 (one rounding
+        either way)."""
+        readers: dict = {}
+        for n in self.ir.order:
+            for a in n.args:
+                readers.setdefault(a.id, []).append(n)
+        for n in self.ir.order:
+            if n.kind != "sym" or all(s.is_integer for s in n.key[0].free_symbols):
+                continue
+            if not n.key[0].is_Symbol:
+                return False
+            for m in readers.get(n.id, []):
+                if not (m.kind == "op" and m.key[0] == "cast" and m.dtype == torch.float32):
+                    return False
+        return not any(n.kind in ("load", "gather") and any(not s.is_integer for e in n.key[1] for s in e.free_symbols)
+                       for n in self.ir.order)
+
     def generate(self) -> TritonSpec:
         r = self.region
         D, k = r.domain, r.k
@@ -363,8 +381,8 @@ class TritonGen:
             if n.kind == "gather":
                 syms |= n.key[3].free_symbols
         syms -= set(self.ir.vars)
-        if any(not s.is_integer for s in syms):
-            raise NoTriton("a float symbol (Triton would pass it as float32)")
+        if any(not s.is_integer for s in syms) and not self._float_symbols_ok():
+            raise NoTriton("a float symbol read at float64 precision (Triton passes it as float32)")
         symbols = sorted(syms, key=lambda s: s.name)
         n_outer = sympy.Mul(*[sympy.sympify(D[d]) for d in range(k)])
         n_inner = sympy.Mul(*[sympy.sympify(D[d]) for d in range(k, len(D))])
@@ -376,7 +394,7 @@ class TritonGen:
              "",  # sizes are not specialized (one kernel for all); strides are, so unit strides load contiguously
              f"@triton.jit(do_not_specialize={[s.name for s in symbols]!r})",
              f"def kernel({', '.join(params)}):"]
-        B = [f"{s.name} = {s.name}.to(tl.int64)" for s in symbols]
+        B = [f"{s.name} = {s.name}.to(tl.int64)" for s in symbols if s.is_integer]
         B += ["z = tl.zeros([1, 1], tl.int64)",  # makes scalars int64 blocks
               f"n_outer = {texpr(n_outer)}", f"n_inner = {texpr(n_inner)}",
               "pid = tl.program_id(0).to(tl.int64)"]

@@ -56,7 +56,7 @@ class Recorder:
         from dynashape.backends.fused.triton_compile import Mock, describe
         from dynashape.backends.fused.triton_run import OPTIONS
         n_t = kernel.spec.n_in + kernel.spec.n_out
-        mocks = [Mock(t.dtype, t.data_ptr() % 16 == 0) for t in args[:n_t]] + [int(v) for v in args[n_t:]]
+        mocks = [Mock(t.dtype, t.data_ptr() % 16 == 0) for t in args[:n_t]] + [v if isinstance(v, float) else int(v) for v in args[n_t:]]
         x, r, warps = cfg
         rec = {"source": kernel.spec.source, "args": describe(mocks),
                "kw": {"XBLOCK": x, "RBLOCK": r, "CONTIG": bool(contig), "num_warps": warps, **OPTIONS}}

@@ -224,6 +224,24 @@ def test_block_sizes_are_tuned_once_per_bucket_and_a_second_process_reads_them_f
         assert (tmp_path / "triton-tune.json").exists()
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64])
+def test_a_module_s_float_eps_under_dynamic_true_is_a_kernel_argument(dtype):
+    """Under dynamic=True a module's eps is a float symbol. Triton passes a float as float32, which is
+    what a float32 kernel reads of it anyway: such regions are Triton kernels (they ran torch's calls),
+    and each call reads the eps it is given. A float64 kernel would read it rounded: torch's calls."""
+    from dynashape.backends.fused import triton_run
+    ln, rms = torch.nn.LayerNorm(24, dtype=dtype), torch.nn.RMSNorm(24, eps=1e-6, dtype=dtype)
+    f = lambda x: (ln(x * 2).relu(), rms(x + 1) * 3)  # noqa: E731
+    cf = ds.compile(f, dynamic=True, backend="fused")
+    for eps, rows in [(1e-5, 5), (0.5, 7), (3.0, 2)]:
+        ln.eps = rms.eps = eps
+        x = torch.randn(rows, 24, dtype=dtype)
+        before = triton_run.counters["launches"]
+        torch.testing.assert_close(cf(x), f(x), **({"rtol": 2e-2, "atol": 2e-2} if dtype == torch.bfloat16 else {}))
+        assert (triton_run.counters["launches"] > before) == (dtype != torch.float64)
+    assert cf.stats.compiles == 1
+
+
 def test_every_block_size_candidate_of_few_long_rows_gives_eager_s_cross_entropy(monkeypatch):
     """The tuner may pick any candidate (16 and 32 warps for few long rows among them): each is right."""
     f = lambda x, t: F.cross_entropy(x * 1.5, t, reduction="none")
