@@ -272,6 +272,20 @@ def _scalar(g):
     return e.format(t=t), t
 
 
+def _half(g):
+    """Values in bfloat16 / float16 (eager rounds each op's result to the type: integer casts and
+    comparisons of them are exact consequences of that rounding)."""
+    t = g.tensor()
+    h = g.rng.choice(["bfloat16", "half"])
+    e = g.rng.choice([
+        "{t}.{h}()", "{t}.{h}() * 3", "({t}.{h}() * 10).long()", "({t}.{h}() * 3 + 1) > 1.5", "({t}.{h}() * 7).floor()",
+        "({t}.{h}() / 3).float()", "({t}.{h}() * {t}.{h}()).sum(-1)", "{t}.{h}().softmax(-1)", "{t}.{h}().exp() - 1",
+        "F.layer_norm({t}.{h}(), {t}.shape[-1:])", "({t}.{h}() + 0.1).to(torch.int32) % 3", "{t}.{h}().sigmoid() * 2",
+        "({t}.{h}() * 5).to(torch.float16 if {t}.{h}().dtype == torch.bfloat16 else torch.bfloat16)",
+    ])
+    return e.format(t=t, h=h), t
+
+
 def _ints(g):
     t = g.tensor(min_rank=1)
     u = g.tensor(min_rank=1)
@@ -335,6 +349,8 @@ TEMPLATES = [(_pointwise, 3), (_binary, 3), (_reduce, 2), (_view, 4), (_slice, 2
              (_split, 1), (_matmul, 1), (_norm, 2), (_arange, 1), (_datadep, 1), (_ints, 2), (_branch, 1), (_scalar, 1),
              (_inplace, 0.3), (_again, 2)]
 DATA_BRANCHES = TEMPLATES + [(_data_branch, 1)]  # the driver's mix: also branches on data (speculation)
+HALF = [(_half, 1)]  # and half types (inference only: a half-type gradient differs from eager's by the type's
+# rounding, past float32's tolerance). Kept apart so that a seed's program from before stays the same.
 
 
 class Generator:
@@ -476,5 +492,6 @@ class Generator:
         return Stmt(lines, out, src)
 
 
-def generate(seed: int, exclude: str | None = None, data_branches: bool = False) -> Program:
-    return Generator(seed, exclude=exclude, templates=DATA_BRANCHES if data_branches else TEMPLATES).program()
+def generate(seed: int, exclude: str | None = None, data_branches: bool = False, half: bool = False) -> Program:
+    templates = (DATA_BRANCHES if data_branches else TEMPLATES) + (HALF if half else [])
+    return Generator(seed, exclude=exclude, templates=templates).program()
