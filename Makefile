@@ -3,7 +3,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test bench fuzz install clean test-services
+.PHONY: demo test test-triton bench fuzz install clean test-services
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -24,6 +24,16 @@ demo: $(STAMP)
 TEST_WORKERS ?= 2
 test: $(STAMP) test-services
 	$(BIN)/python -m pytest -q -p no:cacheprovider $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS))
+
+# The fused backend's suite with every region a Triton kernel (in Triton's interpreter where there is no
+# GPU), then each kernel it launched compiled for an H100 (sm_90) by Triton's own ptxas, no GPU needed:
+# what the interpreter does not check. CI runs it after `make test` (about 10 minutes on 2 cores).
+LAUNCHES := build/triton-launches.jsonl
+test-triton: $(STAMP)
+	mkdir -p build && rm -f $(LAUNCHES)
+	DYNASHAPE_TEST_TRITON=cpu DYNASHAPE_TEST_SM90=$(CURDIR)/$(LAUNCHES) $(BIN)/python -m pytest -q -p no:cacheprovider \
+	  $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS)) tests/backends/fused
+	env -u TRITON_INTERPRET $(BIN)/python -m tests.backends.fused.sm90 $(LAUNCHES)
 
 # The shared-PGO tests start a real redis-server on loopback, and the report tests load pages
 # in headless Chromium: install Debian's when missing and we are root; otherwise (no root, no

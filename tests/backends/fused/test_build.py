@@ -162,6 +162,7 @@ def test_the_kernel_source_takes_sizes_and_strides_as_arguments():
     assert "_fused" in cf.entries[0].code  # the Python calls the region's wrapper
 
 
+@ds.config.patch(triton="auto")  # the C++ kernels' cache, also under DYNASHAPE_TEST_TRITON=cpu
 def test_the_compile_trace_records_kernel_cache_misses_hits_and_compile_time(tmp_path):
     from tests.logs.test_trace import _kinds, _trace_of
 
