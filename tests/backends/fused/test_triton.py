@@ -413,10 +413,20 @@ def test_direct_launches_reuse_only_the_kernel_triton_launched_for_the_same_key_
                 calls.append(("triton", grid[0], a + tuple(kw.values())))
                 return Compiled()
             return launch
-    k = triton_run.TritonKernel.__new__(triton_run.TritonKernel)
-    k.__dict__.update(real.__dict__)
-    k.kernel, k._direct, k._compiled, k._tuned, k._untimed = Jit(), True, {}, {}, {}
-    k._stream = lambda index: "stream"
+    import triton.runtime
+
+    class Driver:  # Triton's driver: its first use builds a C module (seconds in an empty cache)
+        looked_up = 0
+
+        @property
+        def active(self):
+            Driver.looked_up += 1
+            return type("Active", (), {"get_current_stream": staticmethod(lambda index: "stream")})()
+    monkeypatch.setattr(triton.runtime, "driver", Driver())
+    monkeypatch.setattr(triton_run, "_direct_ok", lambda: True)
+    k = triton_run.TritonKernel(real.spec)
+    assert Driver.looked_up == 0, "making a kernel (in the user's call) used Triton's driver"
+    k.kernel, k._compiled, k._tuned, k._untimed = Jit(), {}, {}, {}
     current = [0]
     k._current = lambda: current[0]
 
@@ -427,7 +437,7 @@ def test_direct_launches_reuse_only_the_kernel_triton_launched_for_the_same_key_
     monkeypatch.setattr(triton_run, "compiles_async", lambda dev: False)
     for _ in range(3):
         assert k._launch_if_ready(args, (1, 8, 4), 5, 8, Dev())
-    assert [c[0] for c in calls] == ["triton", "direct", "direct"]
+    assert [c[0] for c in calls] == ["triton", "direct", "direct"] and Driver.looked_up == 1
     assert calls[1][2][:len(args)] == args and calls[1][1] == calls[0][1]  # the same arguments and grid
     current[0] = 1  # another device is current: Triton's path, and nothing kept from it
     assert k._launch_if_ready(args, (1, 8, 4), 5, 8, Dev()) and calls[-1][0] == "triton"
