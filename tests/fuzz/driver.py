@@ -134,8 +134,16 @@ def fuzz(seed: int, seconds: float, *, out_dir: str | None = None, reduce_s: flo
         rep.fuzz_seconds = time.monotonic() - start
         n = 0
         skeletons: dict = {}
-        for f in found:
+        for i, f in enumerate(found):
             if n >= max_reduce or time.monotonic() - start > seconds:
+                # no time left to reduce (a slow program ran past the reserve): kept as found, so that
+                # a failure is never only a count (seed 25112957's three were, until replayed)
+                for g in found[i:]:
+                    k = key_of(g)
+                    if not any(key_of(h) == k for h, _ in rep.distinct.values()):
+                        rep.distinct[(k, ("unreduced",))] = [g, keys[k]]
+                        if out_dir:
+                            _write(out_dir, len(rep.distinct), g, g)
                 break
             n += 1
             r = f if f.kind == "hang" else reduce(f, reduce_s)  # each try of a hang costs the time limit

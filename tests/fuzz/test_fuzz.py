@@ -175,6 +175,17 @@ def test_a_wrong_compiler_is_caught_and_reduced_to_a_short_standalone_script(mon
     compile(path.read_text(), str(path), "exec")  # a valid standalone script
 
 
+def test_failures_the_driver_has_no_time_to_reduce_are_kept_as_found(monkeypatch, tmp_path):
+    """A program that runs past the reserve left a run with failures counted and nothing written (seed
+    25112957, training under the interpreter): what is not reduced is written out as found."""
+    monkeypatch.setattr(fuzz_run.ds, "compile", _WrongCompile())
+    rep = fuzz(7, 4.0, out_dir=str(tmp_path), max_reduce=0, log=lambda m: None)
+    assert rep.failures and rep.distinct and all(sk == ("unreduced",) for _, sk in rep.distinct)
+    scripts = sorted(tmp_path.glob("*-wrong.py"))
+    assert len(scripts) == len(rep.distinct)
+    compile(scripts[0].read_text(), str(scripts[0]), "exec")
+
+
 class _ExactCompile:
     """A stand-in compiler that computes in float64 (rounded once at the end), plus `error`."""
 
