@@ -3,6 +3,7 @@
 #   correctness first, in parallel (the GPU smoke cases, a GPU fuzz run of inference and of training),
 #   then, alone on the machine, the timings of bench/gpu.py.
 #   bench/gpu_session.sh [SECONDS_OF_FUZZ] [BENCH_ARGS...]    e.g. bench/gpu_session.sh 90 --no-1b
+#   (SEED, TRAIN_SEED: the fuzz runs' seeds, e.g. TRAIN_SEED=26112710 to rerun an earlier training run)
 # Each step has its own time limit and its log under $OUT (the tool brings back 8 files at most).
 set -u
 OUT=${OUT:-/tmp/gpu-out}
@@ -30,7 +31,7 @@ step smoke $((FUZZ_S + 120)) $PY bench/gpu_smoke.py &
 step fuzz-infer $((FUZZ_S + 60)) $PY -m tests.fuzz --device cuda --minutes "$minutes" --seed "$SEED" \
     --reduce-seconds 10 --out /tmp/fz &
 step fuzz-train $((FUZZ_S + 60)) $PY -m tests.fuzz --device cuda --mode train --minutes "$minutes" \
-    --seed "$((SEED + 1))" --reduce-seconds 10 --out /tmp/fz &
+    --seed "${TRAIN_SEED:-$((SEED + 1))}" --reduce-seconds 10 --out /tmp/fz &
 wait
 [ -d /tmp/fz ] && tar czf "$OUT/fuzz-failures.tgz" -C /tmp fz
 step bench "${BENCH_S:-420}" $PY bench/gpu.py "$@"
