@@ -70,9 +70,8 @@ class Recorder:
 def _compile_one(rec: dict, forbid: str | None = None) -> str | None:
     """In a child (no TRITON_INTERPRET): None when `rec` compiles for sm_90 (and its PTX has no match
     of the regex `forbid`), else what went wrong."""
-    import re
-
     import importlib.util
+    import re
 
     import torch
     from triton.backends.compiler import GPUTarget
@@ -116,10 +115,16 @@ def compile_file(path: str, workers: int = 2, forbid: str | None = None) -> list
     with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as f:
         out = f.name
     cmd = [sys.executable, "-m", "tests.backends.fused.sm90", path, "--json", out, "--workers", str(workers)]
-    subprocess.run(cmd + (["--forbid", forbid] if forbid else []), env=env, cwd=ROOT, stdout=subprocess.DEVNULL)
-    with open(out) as f:
-        got = json.load(f)
-    os.unlink(out)
+    done = subprocess.run(cmd + (["--forbid", forbid] if forbid else []), env=env, cwd=ROOT,
+                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        with open(out) as f:
+            got = json.load(f)
+    except ValueError:
+        raise RuntimeError(f"the sm_90 compile process ended with status {done.returncode} and no report:\n"
+                           f"{done.stderr[-3000:]}") from None
+    finally:
+        os.unlink(out)
     return [(r, e) for r, e in got]
 
 
@@ -136,6 +141,9 @@ def main(argv=None) -> int:
     why = available()
     if why:
         print(f"sm90: skipped: {why}")
+        if a.json:
+            with open(a.json, "w") as f:
+                json.dump([], f)
         return 0
     with open(a.file) as f:
         records = [json.loads(line) for line in f if line.strip()]
