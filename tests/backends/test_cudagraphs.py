@@ -55,6 +55,25 @@ def test_row_wise_model_pads_batches_to_buckets_and_matches_eager_on_every_size(
     assert sorted(k[0][0][0] for k in g.graphs) == [4, 8, 32]
 
 
+def test_a_call_with_no_rows_is_never_padded_to_a_row():
+    """Ops raise or decide at 0 elements where they do not at 1: `reshape(n, -1)` of an empty tensor is
+    ambiguous (eager raises), but padded to one row the replay ran it (fuzz seed 25112958, buckets)."""
+    def f(x, y):
+        y.reshape(y.size(-3), -1)
+        return x * 1
+    cf = ds.compile(f, backend="fused")
+    for shape in [(0, 0, 0), (1, 1, 1), (0, 0, 0), (0, 0, 0), (1, 1, 1)]:
+        x, y = torch.randn(shape), torch.randn(shape)
+        if 0 in shape:
+            with pytest.raises(RuntimeError, match="ambiguous"):
+                f(x, y)
+            with pytest.raises(RuntimeError, match="ambiguous"):
+                cf(x, y)
+        else:
+            torch.testing.assert_close(cf(x, y), f(x, y))
+    assert cudagraphs.bucket(0, None) == 0 and cudagraphs.bucket(3, None) == 4
+
+
 def test_a_sum_over_the_rows_keeps_the_size_exact_and_says_why():
     def f(x):
         return (x * 2).sum(0), x.relu()
