@@ -409,6 +409,10 @@ class Tracer:
             raise
         if rule is not None:
             shapes = rule(*args, **kwargs)
+            if self._has_unbacked((args, kwargs)) and _misfit(out, shapes) is not None:
+                # a data-dependent size's stand-in was chosen before a later fact fixed it (a runtime
+                # assert that `v`'s length equals 2): the meta run saw the old size, the rule the new one
+                out = self._meta_for_rule(func, args, kwargs, shapes)
         else:
             shapes = self._fallback(func, args, kwargs, out)
         return self._record(func, args, kwargs, out, shapes, device)
@@ -511,11 +515,12 @@ class Tracer:
         if len(shapes) != len(outs):
             raise AssertionError(f"meta rule for {_fname(func)} returned {len(shapes)} shapes "
                                  f"for {len(outs)} outputs")
-        for s, t in zip(shapes, outs):
-            if tuple(meta_value(x) if isinstance(x, SymBase) else x for x in s) != tuple(t.shape):
-                raise AssertionError(
-                    f"meta rule for {_fname(func)} computed shape {tuple(s)} (= {tuple(meta_value(x) for x in s)} "
-                    f"on the example) but torch gives {tuple(t.shape)}")
+        bad = _misfit(out, shapes)
+        if bad is not None:
+            s, t = bad
+            raise AssertionError(f"meta rule for {_fname(func)} computed shape {tuple(s)} (= "
+                                 f"{tuple(meta_value(x) for x in s)} on the example) but torch gives {tuple(t.shape)}")
+        for s in shapes:
             for x in s:  # a data-dependent value used as a size must be a size
                 if isinstance(x, SymBase) and x.node.expr in self.env._unbacked \
                         and not self.env.is_size_like(x.node.expr):
@@ -759,6 +764,16 @@ _MAX_DEPTH = 64  # nesting of list/tuple/dict arguments traced; deeper runs eage
 
 def T_stride(t):
     return torch.Tensor.stride(t)
+
+
+def _misfit(out, shapes):
+    """The first (rule's shape, meta tensor) pair whose sizes on the example differ; None if all fit."""
+    if isinstance(shapes, tuple):
+        shapes = [shapes]
+    for s, t in zip(shapes, _tensors(out)):
+        if tuple(meta_value(x) if isinstance(x, SymBase) else x for x in s) != tuple(t.shape):
+            return s, t
+    return None
 
 
 def _fname(func) -> str:

@@ -298,3 +298,43 @@ def test_torch_check_family_raises_eagers_type_and_message_at_run_time():
             cf(torch.randn(5), torch.tensor(k))
         assert (type(ours.value), str(ours.value)) == (type(eager.value), str(eager.value)), k
     assert cf.stats.compiles == 1 and not cf.stats.graph_breaks
+
+
+@pytest.mark.parametrize("backend", [None, "fused"])
+def test_a_dynamic_size_broadcast_against_a_data_dependent_size_may_be_one(backend):
+    """`v - y` with v's length from data and y's a dynamic size: the trace takes y's size as not 1
+    without a guard (it changed between calls: size-oblivious), so at run time it may be 1 and stretch
+    (eager broadcasts there), or equal v's, or neither (eager's error). One graph after the first
+    call's static one serves all three: the check is "y's size is 1 or v's"."""
+    def f(y, z):
+        v = y.new_ones((y > 0).sum().item(), 2).view(-1) * 3
+        return v - y, (v - y.view(-1, 1) * z).sum(-1), (v * z.view(-1, 1)).numel()
+
+    cf = ds.compile(f, backend=backend)
+    for n, m in ((1, 2), (0, 0), (2, 1), (3, 1), (4, 4), (1, 1), (2, 2), (1, 2)):
+        y, z = torch.ones(n, requires_grad=True), torch.arange(float(m))
+        try:
+            want = f(y, z)
+        except RuntimeError as e:
+            with pytest.raises(RuntimeError, match="sizes must broadcast: y.size\\(0\\) must be 1 or"):
+                cf(y, z)
+            assert "must match" in str(e)
+            continue
+        got = cf(y, z)
+        torch.testing.assert_close(got, want)
+        (g1,) = torch.autograd.grad(want[0].sum() + want[1].sum(), y)
+        (g2,) = torch.autograd.grad(got[0].sum() + got[1].sum(), y)
+        torch.testing.assert_close(g2, g1)
+    assert cf.stats.compiles == 2 and cf.stats.graph_breaks == [] and cf.stats.fallbacks == []
+
+
+def test_a_data_dependent_size_fixed_by_a_later_check_sizes_the_ops_after_it():
+    """`v - w` with w of length 2 checks (at run time) that v's data-dependent length is 2; the meta
+    tensors made before that check had another stand-in length, and an op after it must not trace
+    with the old one (it failed to trace: 'meta rule ... but torch gives (2, 4)')."""
+    def f(y, w):
+        v = y.new_ones((y > 0).sum().item(), 2).view(-1)
+        return v - w, v * w.view(-1, 1)
+
+    check_vs_eager(f, [(torch.ones(1), torch.arange(2.0)), (torch.full((1,), 5.0), torch.ones(2))],
+                   dynamic=None, compiles=1)

@@ -106,12 +106,19 @@ def broadcast(*shapes) -> tuple:
         known, unknown = _split_ones(dims, oblivious=True)
         if unknown:  # next to a data-dependent dim, a size taken as not 1 unguarded could be 1: ask
             known, unknown = _split_ones(dims, oblivious=False)
+        elif any(_data_dependent(d) for d in known):
+            # a size taken as not 1 without a guard, against a data-dependent size not 1: their equality is
+            # only checked when the code runs, where the first may be 1 and stretch (eager broadcasts);
+            # it is checked as 1 or equal there, and the result is the data-dependent size either way
+            unknown = [d for d in known if not _data_dependent(d) and not _statically_not_one(d)]
+            known = [d for d in known if not any(d is u for u in unknown)]
         if known:  # the result is that size; a data-dependent dim must be 1 or equal to it
             cur = known[0]
             for d in known[1:]:
                 check_equal(cur, d)
             for d in unknown:
-                assert_at_runtime((d == 1) | (d == cur), f"size {d} must broadcast to {cur}")
+                assert_at_runtime((d == 1) | (d == cur), f"sizes must broadcast: {_describe(d)} must be 1 or "
+                                  f"{_describe(cur)}")
         elif unknown:  # only data-dependent dims (and 1s): each is 1 or equal to the first (checked when the
             cur = unknown[0]  # code runs); `min(1, other)` is that already, so it needs no check
             for d in unknown[1:]:
@@ -125,12 +132,31 @@ def broadcast(*shapes) -> tuple:
                 # either stretches when it is 1 at run time (`x[..., -1:]` of a data-dependent x, or
                 # `v / v[1:]` of a unique() result of one element), else they are equal: assert only what
                 # eager needs, and the size is the one eager gives in each case (0 when either is 0)
-                assert_at_runtime((d == 1) | (cur == 1) | (d == cur), f"sizes {cur} and {d} must broadcast")
+                assert_at_runtime((d == 1) | (cur == 1) | (d == cur),
+                                  f"sizes must broadcast: {_describe(cur)} and {_describe(d)} (equal, or one is 1)")
                 cur = sym_max(cur, d) * sym_min(cur, 1) * sym_min(d, 1)
         else:
             cur = 1
         out.append(cur)
     return tuple(out)
+
+
+def _describe(d) -> str:
+    """A size in the user's terms (`x.nonzero().size(0)`, not `u0`)."""
+    return d.node.env.describe(d.node.expr) if isinstance(d, SymBase) else str(d)
+
+
+def _data_dependent(d) -> bool:
+    """Whether size `d` depends on data (a symbol from `.item()`, `nonzero()`, ...)."""
+    if not isinstance(d, SymBase):
+        return False
+    env = d.node.env
+    return bool(sympy.sympify(d.node.expr).free_symbols & env._unbacked_set())
+
+
+def _statically_not_one(d) -> bool:
+    """`d != 1` for every value its symbols can take (ranges and facts; no guard)."""
+    return isinstance(d, int) or d.node.env.static_value(sympy.Ne(d.node.expr, 1)) is True
 
 
 def _one_or(d, other) -> bool:
