@@ -58,11 +58,11 @@ def _unary(expr):
 
 UNARY = {
     "neg": "-{g}", "exp": "{g} * {o}", "log": "{g} / {a}", "sqrt": "{g} / (2 * {o})",
-    "rsqrt": "-0.5 * {g} * {o} * {o} * {o}", "sin": "{g} * {a}.cos()", "cos": "-{g} * {a}.sin()",
-    "tanh": "{g} * (1 - {o} * {o})", "sigmoid": "{g} * {o} * (1 - {o})",
+    "rsqrt": "-0.5 * {g} * {o}.pow(3)", "sin": "{g} * {a}.cos()", "cos": "-{g} * {a}.sin()",
+    "tanh": "{g} * (1 - {o} * {o})", "sigmoid": "{g} * (1 - {o}) * {o}",
     "relu": "torch.where({o} <= 0, {o} * 0, {g})",  # o * 0: eager's reads the result (create_graph)
-    "square": "2 * {a} * {g}", "reciprocal": "-{g} * {o} * {o}",
-    "erf": f"{{g}} * {_ERF_K} * torch.exp(-{{a}} * {{a}})",
+    "square": "2 * {a} * {g}", "reciprocal": "-{g} * ({o} * {o})",
+    "erf": f"{_ERF_K} * torch.exp(-{{a}}.pow(2)) * {{g}}",
     "silu": "{g} * torch.sigmoid({a}) * (1 + {a} * (1 - torch.sigmoid({a})))",
     "log1p": "{g} / (1 + {a})", "expm1": "{g} * ({o} + 1)",
     "abs": "{g} * {a}.sgn()",
@@ -106,7 +106,7 @@ def _norm(n, a, g, o):
         h = f"{o}_c * {o}_r"
     else:
         e = ops.arg(n, 3, "eps")
-        eps = _eps(torch.finfo(x.meta.dtype).eps if e is None else e, a)
+        eps = _eps(ops.rms_norm_eps(x.meta.dtype) if e is None else e, a)
         pre = [f"{o}_r = torch.rsqrt(({X} * {X}).mean({D}, keepdim=True) + {eps})"]
         h = f"{X} * {o}_r"
     pre.append(f"{o}_h = {h}")
@@ -129,15 +129,19 @@ def _xent(n, a, g, o):
     ignore = ops.arg(n, 4, "ignore_index", -100)
     red = ops.arg(n, 6, "reduction", "mean")
     keep = f"({T} != {ignore!r})"
-    share = {"none": f"{g}", "sum": f"{g}",
-             "mean": f"{g} / {keep}.sum()"}[red]
-    pre = [f"{o}_w = torch.where({keep}, {share}, 0.0).unsqueeze(1)",
+    half = isinstance(a, _F32Args)  # eager: nll_loss's backward in the half type, then log_softmax's in float32
+    gh = a.made.get(g, g) if half else g
+    share = {"none": f"{gh}", "sum": f"{gh}",
+             "mean": f"{gh} / {keep}.sum()"}[red]
+    pre = [f"{o}_w = torch.where({keep}, {share}, 0.0).unsqueeze(1)" + (".float()" if half else ""),
            f"{o}_hot = torch.arange({X}.size(1), device={X}.device) == {T}.unsqueeze(1)"]
     # softmax from the per-row logsumexp the forward kernel wrote (one pass over the logits, not
     # three; in float64, the difference too, then the exp in the logits' dtype), when it did: not for a loss inside the region, nor under create_graph (the saved
     # value does not carry its dependence on the logits)
     p = f"{X}.softmax(1)" if a.lse is None else \
         f"({X}.softmax(1) if {a.lse} is None else torch.exp(({X} - {a.lse}.unsqueeze(1)).to({X}.dtype)))"
+    if half:  # the exp of eager's log_softmax result, which is rounded to the half type
+        p = f"torch.exp({a.raw(x)}.log_softmax(1).float())"
     return {"_pre": pre, 0: f"({p} - {o}_hot.to({X}.dtype)) * {o}_w"}
 
 
@@ -156,8 +160,9 @@ def _binary(da, db):
 
 BINARY = {
     "add": _binary("{g}", "{g}"), "sub": _binary("{g}", "-{g}"), "rsub": _binary("-{g}", "{g}"),
-    "mul": _binary("{g} * {b}", "{g} * {a}"), "div": _binary("{g} / {b}", "-{g} * {o} / {b}"),
-    "rdiv": _binary("-{g} * {o} / {a}", "{g} / {a}"),
+    "mul": _binary("{g} * {b}", "{g} * {a}"), "div": _binary("{g} / {b}", "-{g} * ({o} / {b})"),
+    # b / a is a.reciprocal() * b in eager (Tensor.__rtruediv__): a mul's and a reciprocal's rules
+    "rdiv": _binary("-({g} * {b}) * ({a}.reciprocal() * {a}.reciprocal())", "{g} * {a}.reciprocal()"),
 }
 
 
@@ -167,7 +172,7 @@ def _pow(n, a, g, o):
         raise NoRule("pow with a tensor or symbolic exponent")
     if e == 0:  # eager: zeros, even where x ** -1 is inf
         return {0: f"torch.zeros_like({a[0]})"}
-    return {0: f"{g} * {a.name(e)} * {a[0]}.pow({a.name(e - 1)})"}
+    return {0: f"{g} * ({a.name(e)} * {a[0]}.pow({a.name(e - 1)}))"}
 
 
 def _where(n, a, g, o):
@@ -220,6 +225,8 @@ def _reduce(n, a, g, o):
         return {0: f"({gk} / ({count})).expand_as({a[0]})"}
     correction = _correction(n)
     mean = f"{a[0]}.mean({dims!r}, keepdim=True)"
+    # (eager scales by the float 2 / (n - correction) first: a half type's gradient may round apart by an
+    # ulp; that factor as a number here would be a float symbol of the backward, and n - correction may be 0)
     if name == "var":
         return {0: f"{gk} * 2 * ({a[0]} - {mean}) / ({count} - {correction})"}
     ok = o if keep else f"{o}" + "".join(f".unsqueeze({d})" for d in dims)
@@ -315,8 +322,17 @@ def backward_source(region, name: str, symbols) -> "Backward":
             continue
         op = ops.op_name(n.target)
         rule = _cast if op in ops.CASTS else RULES[op]
-        got = rule(n, _Args(em, n, lse.get(n)), g, n.name)
+        f32 = n.meta.dtype in HALF and op in F32_RULES and not (op == "sigmoid" and n.meta.dtype == torch.float16)
+        if f32:
+            args = _F32Args(em, n, lse.get(n))
+            args.made.update({f"{g}_f": g, f"{n.name}_f": n.name})
+            got = rule(n, args, f"{g}_f", f"{n.name}_f")
+        else:
+            got = rule(n, _Args(em, n, lse.get(n)), g, n.name)
         body.append(f"    if {g} is not None:")
+        if f32:
+            ups = args.upcasts(list(got.get("_pre", ())) + [v for k, v in got.items() if k != "_pre"])
+            got["_pre"] = ups + list(got.get("_pre", ()))
         for line in got.pop("_pre", ()):
             body.append(f"        {line}")
             reads |= set(_NAME.findall(line.split("=", 1)[1]))
@@ -327,6 +343,8 @@ def backward_source(region, name: str, symbols) -> "Backward":
                 continue
             if ops.family(n) not in ("reduce", "xent"):  # a reduction's rule gives its input's shape already
                 expr = _reduce_to(f"({expr})", src.meta.shape, n.meta.shape)
+            if f32:  # summed in float32 (as eager's kernel, or its float32 decomposition), then rounded
+                expr = f"({expr}).to({src.meta.dtype})"
             reads |= set(_NAME.findall(expr))
             gname = f"g_{src.name}"
             if src not in grad:
@@ -392,6 +410,15 @@ def eager_saves(n: Node) -> list:
     return [v for v in out if isinstance(v, Node) and ops.is_tensor(v)]
 
 
+HALF = (torch.float16, torch.bfloat16)
+# members whose eager backward in a half type is one kernel computing in float32 (sigmoid_backward,
+# tanh_backward, gelu_backward, silu_backward, the softmaxes' and native_layer_norm's backward) or a
+# float32 decomposition (rms_norm upcasts): their rule runs in float32 and rounds once at the end,
+# where the half-type torch calls would round after each op (an ulp apart in ~20% of elements)
+# (eager's float16 sigmoid_backward on the CPU computes in float16, op by op: the rule as written)
+F32_RULES = {"tanh", "sigmoid", "silu", "gelu", "softmax", "log_softmax", "layer_norm", "rms_norm", "cross_entropy"}
+
+
 class _Args(list):
     """A call's positional arguments as the generated code names them, parenthesized unless a
     name or a plain number (`g / (s0 + 1)`, not `g / s0 + 1`); `name(v)` names any value so."""
@@ -403,6 +430,31 @@ class _Args(list):
     def name(self, v) -> str:
         text = self.em.arg(v)
         return text if _ATOM.fullmatch(text) else f"({text})"
+
+
+class _F32Args(_Args):
+    """A half-type member's tensor arguments named as float32 copies (`x_f`, made by `x.float()` ahead
+    of its rule; `made` maps each to its half-type name); `raw` names a value as it is."""
+
+    def __init__(self, em, n, lse=None):
+        self.made: dict = {}
+        super().__init__(em, n, lse)
+
+    def raw(self, v) -> str:
+        return super().name(v)
+
+    def name(self, v) -> str:
+        text = super().name(v)
+        if isinstance(v, Node) and ops.is_tensor(v) and v.meta.dtype in HALF and _ATOM.fullmatch(text):
+            self.made[f"{text}_f"] = text
+            return f"{text}_f"
+        return text
+
+    def upcasts(self, texts) -> list:
+        """`x_f = x.float()` for each float32 name the rule's statements read."""
+        joined = "\n".join(texts)
+        return [f"{f} = {h}.float()" for f, h in self.made.items()
+                if re.search(rf"(?<![.\w]){re.escape(f)}(?!\w)", joined)]
 
 
 _ATOM = re.compile(r"[A-Za-z_]\w*|\d+(\.\d*)?(e[+-]?\d+)?")

@@ -81,8 +81,23 @@ def cache_dir() -> str:
 _native.directory[0] = cache_dir  # the guards' dict watcher (guards/native.py) is built beside the kernels
 
 
+@functools.lru_cache(maxsize=None)
+def _no_native_f16() -> list[str]:
+    """["-mno-avx512fp16"] where the compiler knows it. On a CPU with AVX512-FP16 (-march=native on
+    Sapphire Rapids), g++ 12 does float16 arithmetic natively and, in C++ (no -fexcess-precision=standard),
+    keeps `(float)(_Float16)x` unrounded: a float16 kernel skipped eager's rounding of each op
+    (`g * x + g * (1 - x)` came out as g exactly). Without it the conversions are F16C's, exact."""
+    cxx = compiler()
+    try:
+        out = subprocess.run([cxx[0], "-mno-avx512fp16", "-x", "c++", "-fsyntax-only", "-"], input="",
+                             capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError, TypeError):
+        return []
+    return ["-mno-avx512fp16"] if out.returncode == 0 else []
+
+
 def flags() -> list[str]:
-    return FLAGS + (MVEC if _mvec_ok() else [])
+    return FLAGS + _no_native_f16() + (MVEC if _mvec_ok() else [])
 
 
 def key_of(source: str) -> str:

@@ -204,9 +204,6 @@ class _Body:
             return f"(({_f(n.dtype)}){cexpr(n.key[0])})"
         if n.kind == "reduce":
             return f"red{n.id}"
-        if (n.key[0] == "div" and n.inner and not n.args[1].inner and n.dtype.is_floating_point):
-            inv = self.g.ir.op("reciprocal", (n.args[1],), n.dtype)  # one division per row
-            return f"({self.name(n.args[0])} * {self.name(inv)})"
         a = [self.name(x) for x in n.args]
         return _op(n, a)
 

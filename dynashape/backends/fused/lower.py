@@ -82,6 +82,16 @@ class Lowerer:
             v = int(v)
         return self.ir.const(v, dt)
 
+    def narrowed(self, v, half):
+        """A Python number as a half-type op that eager computes with it reads it: add, sub and the
+        comparisons take it in the tensor's type (the wrapped number is cast to it: `x > 0.1` in bfloat16
+        compares with 0.10009765625, and 0.1 itself is not above it); mul and div read it in float32."""
+        if half not in (torch.float16, torch.bfloat16) or ops.is_tensor(v) or not ops.is_scalar(v):
+            return None
+        if isinstance(v, SymExpr):
+            return self.cast_to(self.scalar(v, torch.float64), half)
+        return self.ir.const(torch.tensor(float(v), dtype=torch.float64).to(half).item(), torch.float32)
+
     @staticmethod
     def bidx(v: Node, idx: tuple, out: tuple) -> tuple:
         """The index into `v` of element `idx` of its broadcast to the shape `out`."""
@@ -151,6 +161,8 @@ class Lowerer:
         dt = compute_dtype(n.meta.dtype)
         ir = self.ir
         A = lambda v, t=dt: self.at(v, idx, t, tuple(n.meta.shape))  # noqa: E731
+        half = n.meta.dtype if n.meta.dtype in (torch.float16, torch.bfloat16) else None
+        N = lambda v: self.narrowed(v, half) or A(v)  # noqa: E731  (a Python number in the half type)
         a0 = n.args[0] if n.args else n.kwargs.get("input")
         if name in ops.CASTS:
             return self.cast_to(self.value(a0, self.bidx(a0, idx, tuple(n.meta.shape))), n.meta.dtype)
@@ -159,12 +171,13 @@ class Lowerer:
             alpha = ops.arg(n, 2, "alpha", 1)
             if name == "rsub":
                 a, b = b, a
-            bb = A(b) if alpha == 1 else ir.op("mul", (A(b), self.scalar(alpha, dt)), dt)
-            return ir.op("add" if name == "add" else "sub", (A(a), bb), dt)
+            bb = N(b) if alpha == 1 else ir.op("mul", (N(b), self.narrowed(alpha, half) or self.scalar(alpha, dt)), dt)
+            return ir.op("add" if name == "add" else "sub", (N(a), bb), dt)
         if name in ("mul", "div", "maximum", "minimum"):
             return ir.op(name, (A(a0), A(ops.arg(n, 1, "other"))), dt)
-        if name == "rdiv":
-            return ir.op("div", (A(n.args[1]), A(a0)), dt)
+        if name == "rdiv":  # b / a is a.reciprocal() * b in eager (Tensor.__rtruediv__): two roundings
+            r = ir.op("reciprocal", (A(a0),), dt)
+            return ir.op("mul", (self.cast(self.cast_to(r, n.meta.dtype), dt), A(n.args[1])), dt)
         if name in ("pow", "rpow"):
             base, ex = (a0, ops.arg(n, 1, "exponent")) if name == "pow" else (n.args[1], a0)
             if not _is_float(dt):
@@ -180,14 +193,19 @@ class Lowerer:
                     return x
                 if ex == 0.5:
                     return ir.op("sqrt", (x,), dt)
-                if ex == 3:
-                    return ir.op("mul", (ir.op("mul", (x, x), dt), x), dt)
+                if ex == 3:  # eager's bfloat16 cube on the CPU rounds x * x first (float16's does not)
+                    xx = ir.op("mul", (x, x), dt)
+                    if n.meta.dtype == torch.bfloat16:
+                        xx = self.cast(self.cast_to(xx, torch.bfloat16), dt)
+                    return ir.op("mul", (xx, x), dt)
                 if ex == -1:
                     return ir.op("reciprocal", (x,), dt)
             return ir.op("pow", (A(base), A(ex)), dt)
         if name in ops.COMPARE:
-            cdt = self.common_dtype([a0, ops.arg(n, 1, "other")])
-            return ir.op(name, (A(a0, cdt), A(ops.arg(n, 1, "other"), cdt)), torch.bool)
+            other = ops.arg(n, 1, "other")
+            cdt = self.common_dtype([a0, other], compute=False)
+            return ir.op(name, (self.narrowed(a0, cdt) or A(a0, cdt), self.narrowed(other, cdt) or A(other, cdt)),
+                         torch.bool)
         if name in ("logical_and", "logical_or", "logical_not") and n.meta.dtype != torch.bool:
             raise Unfusable("bitwise op on integers")
         if name in ("logical_and", "logical_or"):
@@ -242,7 +260,8 @@ class Lowerer:
     def cast_to(self, v, target):
         return self.ir.op("cast", (v,), compute_dtype(target), target)
 
-    def common_dtype(self, vals) -> torch.dtype:
+    def common_dtype(self, vals, compute: bool = True) -> torch.dtype:
+        """The type eager computes `vals` in (a half type's compute type, float32, unless not `compute`)."""
         ts = [v.meta.dtype for v in vals if ops.is_tensor(v)]
         dt = ts[0]
         for t in ts[1:]:
@@ -254,7 +273,7 @@ class Lowerer:
                     dt = torch.get_default_dtype()
                 elif py is int and dt == torch.bool:
                     dt = torch.int64
-        return compute_dtype(dt)
+        return compute_dtype(dt) if compute else dt
 
     # ------------------------------------------------------------------ reductions
     def _row(self, n, idx, keep: bool):
@@ -380,8 +399,12 @@ class Lowerer:
         if name in ("softmax", "log_softmax"):
             m, s = self.shift_and_sum_exp(full, dt)
             if name == "softmax":
-                return ir.op("div", (ir.op("exp", (ir.op("sub", (here, m), dt),), dt), s), dt)
-            return ir.op("sub", (ir.op("sub", (here, m), dt), ir.op("log", (s,), dt)), dt)
+                # times the row's 1 / sum, as eager's softmax kernel normalizes (not a division per element)
+                return ir.op("mul", (ir.op("exp", (ir.op("sub", (here, m), dt),), dt), ir.op("reciprocal", (s,), dt)), dt)
+            lse = ir.op("log", (s,), dt)
+            if n.meta.dtype in (torch.float16, torch.bfloat16):  # eager's kernel keeps the row's log(sum) in the half type
+                lse = self.cast(self.cast_to(lse, n.meta.dtype), dt)
+            return ir.op("sub", (ir.op("sub", (here, m), dt), lse), dt)
         if name == "layer_norm":
             eps = ops.arg(n, 4, "eps", 1e-5)
             w, b = ops.arg(n, 2, "weight"), ops.arg(n, 3, "bias")
@@ -392,7 +415,7 @@ class Lowerer:
         else:  # rms_norm
             eps = ops.arg(n, 3, "eps")
             if eps is None:
-                eps = torch.finfo(x.meta.dtype).eps
+                eps = ops.rms_norm_eps(x.meta.dtype)
             w, b = ops.arg(n, 2, "weight"), None
             ms = self.mean(ir.op("mul", (full, full), dt), dt)
             out = ir.op("mul", (here, ir.op("rsqrt", (ir.op("add", (ms, self.scalar(eps, dt)), dt),), dt)), dt)

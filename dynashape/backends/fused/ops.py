@@ -102,6 +102,12 @@ def reads_other_values(n: Node) -> bool:
     return any(not is_tensor(u) for u in _nodes_in((n.args, n.kwargs)))
 
 
+def rms_norm_eps(dtype: torch.dtype) -> float:
+    """`F.rms_norm`'s eps when none is given: the machine epsilon of the type eager computes in,
+    float32's for float16 and bfloat16 (not the half type's own, 7.8e-3 for bfloat16)."""
+    return torch.finfo(torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype).eps
+
+
 def is_tensor(v) -> bool:
     return isinstance(v, Node) and isinstance(v.meta, TensorMeta)
 

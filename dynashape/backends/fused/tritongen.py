@@ -345,9 +345,9 @@ class TritonGen:
 
     def _float_symbols_ok(self) -> bool:
         """Whether each float symbol (a module's eps under dynamic=True, a float formula's stand-in) is
-        a lone symbol of the kernel's expressions that only a cast to float32 or a half type reads:
-        Triton passes a Python float as float32, the value that cast gives from float64 (one rounding
-        either way)."""
+        a lone symbol of the kernel's expressions that only a cast to float32 or to a half type reads:
+        Triton passes a Python float as float32, the value that cast gives from float64, and torch
+        converts a float to a half type through float32 too."""
         readers: dict = {}
         for n in self.ir.order:
             for a in n.args:
