@@ -179,6 +179,34 @@ def _():
             torch.testing.assert_close(cf(ids).logits, m(ids).logits, rtol=1e-3, atol=1e-3)
 
 
+HALF_OPS = {  # where each Python number and each op's result is rounded decides the bits (tests/backends/fused/test_half.py
+    # pins the CPU's; CUDA's kernels may read a number in float32 where the CPU's narrow it, or the reverse)
+    "x > 0.1": lambda x: x > 0.1, "x + 0.1": lambda x: x + 0.1, "x - 0.3": lambda x: x - 0.3, "x * 0.1": lambda x: x * 0.1,
+    "x / 0.3": lambda x: x / 0.3, "3 / x": lambda x: 3 / (x.abs() + 0.5), "x ** 3": lambda x: x.pow(3),
+    "y * x + y * (1 - x)": lambda x: x.flip(0) * x + x.flip(0) * (1 - x), "add alpha": lambda x: torch.sub(x, x.flip(0), alpha=0.3),
+    "gelu": F.gelu, "sigmoid": torch.sigmoid, "softmax": lambda x: x.softmax(-1), "log_softmax": lambda x: x.log_softmax(-1),
+    "rms_norm": lambda x: F.rms_norm(x, x.shape[-1:]), "layer_norm": lambda x: F.layer_norm(x, x.shape[-1:]),
+}
+
+
+@case("half types: elements that differ from CUDA eager's bits, per op (informational; comparisons must agree)")
+def _():
+    bad = []
+    for dt in (torch.float16, torch.bfloat16):
+        counts = {}
+        for name, f in HALF_OPS.items():
+            ns = {"f": f}  # a function of its own per op (one code object would share the compiled entries)
+            exec(compile("def g(x):\n    return f(x) * 2\n", f"<half {name} {dt}>", "exec"), ns)
+            cf = ds.compile(ns["g"], dynamic=True, backend="fused")
+            x = (torch.randn(64, 257, generator=torch.Generator().manual_seed(0)) * 2).to(DEV, dt)
+            want, got = f(x) * 2, cf(x)
+            counts[name] = int((want != got).sum())
+            if want.dtype == torch.bool and counts[name]:
+                bad.append(f"{name} ({dt})")
+        print(f"      {dt}: " + ", ".join(f"{k}: {v}" for k, v in counts.items()) + f" (of {64 * 257})")
+    assert not bad, f"comparisons with a Python number differ from eager's: {bad}"
+
+
 def main() -> int:
     ds.config.fused_sync = True  # kernels built before a call returns: every call is judged on them
     bad = []

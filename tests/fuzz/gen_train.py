@@ -202,10 +202,29 @@ def _reduction(g):
     return e.format(t=t, u=u, d=d, kd=kd), t
 
 
+def _half(g):
+    """A differentiable value through bfloat16 / float16 and back: eager rounds each op's result and
+    each op's gradient to the half type, and the leaves' gradients come back through the casts. The
+    float32 run casts to the half type; the oracle's float64 arbiter keeps float64 (the cast is to
+    the half type only from float32), so its answer stays the exact one the rounding is judged by."""
+    t, u = g.tensor(min_rank=1), g.tensor(prefer_input=True)
+    h = g.rng.choice(["bfloat16", "float16"])
+    e = g.rng.choice([
+        "{h} * 3 + 1", "({h} * {uh}).relu()", "{h}.sigmoid() * 2", "{h}.sum(-1, keepdim=True) * {h}", "3 / ({h}.abs() + 1)",
+        "{h}.exp().clamp(max=10)", "{h}.tanh() / 3", "{h}.softmax(-1)", "F.silu({h}) * {uh}", "({h} > 0.1) * {h}",
+        "{h}.pow(2).mean(-1, keepdim=True)", "F.rms_norm({h}, {h}.shape[-1:])", "{h} - 0.3 * {uh}",
+        "torch.where({h} > 0, {h}, {h} * 0.1)", "{h} / ({uh}.abs() + 1)", "({h} - {h}.amax(-1, keepdim=True)).exp()",
+    ])  # (not gelu, layer_norm, log_softmax, var/std: tests/fuzz/findings.md, an ulp apart from eager's by design)
+    first = "{out} = %s.to(torch.%s if %s.dtype == torch.float32 else %s.dtype)" % (t, h, t, t)
+    body = e.format(h="{out}", uh=f"{u}.to({{out}}.dtype)")
+    return [first, "{out} = (%s).to(%s.dtype)" % (body, t)], t
+
+
 # (not `_again`: under autograd a repeated call runs in full, tracing/op_memo.py)
 TRAIN_TEMPLATES = [(fn, w * 0.6) for fn, w in TEMPLATES if fn is not _again] + [
     (_data_branch, 0.5), (_grad_mode, 2.0), (_detach, 1.0), (_retain, 1.0), (_inplace_view, 1.5), (_grad_branch, 1.5),
-    (_datadep, 1.0), (_norm, 1.5), (_loss, 1.0), (_activation, 2.0), (_reduction, 1.5), (_autograd_api, 1.5)]
+    (_datadep, 1.0), (_norm, 1.5), (_loss, 1.0), (_activation, 2.0), (_reduction, 1.5), (_autograd_api, 1.5),
+    (_half, 1.5)]
 
 
 class TrainGenerator(Generator):
