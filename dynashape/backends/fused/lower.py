@@ -83,10 +83,17 @@ class Lowerer:
         return self.ir.const(v, dt)
 
     def narrowed(self, v, half):
-        """A Python number as a half-type op that eager computes with it reads it: add, sub and the
-        comparisons take it in the tensor's type (the wrapped number is cast to it: `x > 0.1` in bfloat16
-        compares with 0.10009765625, and 0.1 itself is not above it); mul and div read it in float32."""
-        if half not in (torch.float16, torch.bfloat16) or ops.is_tensor(v) or not ops.is_scalar(v):
+        """A Python number (or 0-d tensor of another type) as a half-type op that eager computes with it
+        reads it: add, sub and the comparisons take it in the tensor's type (the wrapped number is cast
+        to it: `x > 0.1` in bfloat16 compares with 0.10009765625, and 0.1 itself is not above it; 257 is
+        256); mul and div read it in float32. None: not such a number."""
+        if half not in (torch.float16, torch.bfloat16):
+            return None
+        if ops.is_tensor(v):  # a 0-d tensor of another type counts as a number (type promotion), cast the same
+            if v.meta.shape or v.meta.dtype == half:
+                return None
+            return self.cast_to(self.value(v, ()), half)
+        if not ops.is_scalar(v):
             return None
         if isinstance(v, SymExpr):
             return self.cast_to(self.scalar(v, torch.float64), half)

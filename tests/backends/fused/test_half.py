@@ -114,3 +114,16 @@ def test_generated_backward_rounds_where_eagers_backward_rounds(dtype, name):
     # round a few elements in a thousand to the neighbouring half value: not here)
     f = GRADS[name]
     assert mismatches(lambda x, y: f(x, y) * 2, dtype, grad=True) == 0
+
+
+@pytest.mark.parametrize("dtype", HALF)
+def test_a_zero_dim_tensor_of_another_type_is_narrowed_like_a_number(dtype):
+    # type promotion keeps x's half type, and eager casts the 0-d operand to it before a sub or add
+    def f(x, t, n):
+        return (t - x) * 2, (x + n) * 2, (x * t) * 2
+
+    cf = ds.compile(f, dynamic=True, backend="fused")
+    x = (torch.randn(8, 64, generator=torch.Generator().manual_seed(0)) * 2).to(dtype)
+    for t, n in ((torch.tensor(0.1), torch.tensor(257)), (torch.tensor(0.3, dtype=torch.float64), torch.tensor(3))):
+        assert all(torch.equal(a, b) for a, b in zip(f(x, t, n), cf(x, t, n)))
+    assert all(e.fn.fused for e in cf.entries)
