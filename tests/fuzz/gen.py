@@ -287,6 +287,10 @@ def _half(g):
         "({t}.{h}() / 3).float()", "({t}.{h}() * {t}.{h}()).sum(-1, dtype=torch.float32)", "({t}.{h}() + 0.1).to(torch.int32) % 3",
         "({t}.{h}() * 5).{other}().float()", "({t}.{h}() * 3 - ({t}.{h}() * 3).floor()).float()", "{t}.{h}().float() - {t}",
         "torch.where({t}.{h}() > 0.5, {t}.{h}() * 2, {t}.{h}() / 3).float()", "(({t}.{h}() - 1) * 4).to(torch.int8)",
+        # a number eager reads in the half type (add, sub, compare) or in float32 (mul, div); `3 / x` rounds twice
+        "({t}.{h}().clamp(0.1, 0.3) > 0.1) | ({t}.{h}() <= -0.3)", "({t}.{h}().clamp(0.1, 0.3) - 0.1) > 0",
+        "(({t}.{h}() + 0.1) * 10).long()", "(3 / ({t}.{h}().abs() + 1) * 8).long()",
+        "({t}.{h}().pow(3) * 4).long()", "(({t}.{h}() - 0.3 * {t}.{h}()) * 0.7).float()", "(0.7 - {t}.{h}() / 0.3).floor().float()",
     ])
     return e.format(t=t, h=h, other=other), t
 
