@@ -35,6 +35,7 @@ from .tensor_attrs import ESCAPE_ADVICE, TracedGradFn
 from .global_state import intercept_global_state
 from .state import tracing_scope
 from .speculate import data_guard, describe_condition, guard_text, random_op
+from .standins import meta_leaf as _meta_leaf, misfit as _misfit, tensors_in as _tensors
 from .symint import hint_of, install, meta_value
 from .tree import leaves, map_leaves as _map, sizes_as_tuples as _sizes_as_tuples, wrap_tensors as _wrap_out
 
@@ -766,16 +767,6 @@ def T_stride(t):
     return torch.Tensor.stride(t)
 
 
-def _misfit(out, shapes):
-    """The first (rule's shape, meta tensor) pair whose sizes on the example differ; None if all fit."""
-    if isinstance(shapes, tuple):
-        shapes = [shapes]
-    for s, t in zip(shapes, _tensors(out)):
-        if tuple(meta_value(x) if isinstance(x, SymBase) else x for x in s) != tuple(t.shape):
-            return s, t
-    return None
-
-
 def _fname(func) -> str:
     return target_name(func).replace("torch.nn.functional.", "F.")
 
@@ -792,19 +783,3 @@ def _name_hint(source: Source) -> str:
 
 def _shape_exprs(sizes) -> tuple:
     return tuple(s.node.expr if isinstance(s, SymBase) else int(s) for s in sizes)
-
-
-def _meta_leaf(x):
-    if isinstance(x, SymBase):
-        return meta_value(x)
-    if isinstance(x, torch.Size):
-        return torch.Size([meta_value(v) for v in x])
-    if isinstance(x, slice):  # x[:n] with a symbolic n: torch's parser needs plain ints
-        return slice(_meta_leaf(x.start), _meta_leaf(x.stop), _meta_leaf(x.step))
-    return x
-
-
-def _tensors(obj):
-    for x in leaves(obj):
-        if isinstance(x, torch.Tensor):
-            yield x
