@@ -117,10 +117,16 @@ class Lowerer:
                 res.append(i * sympy.Min(1, sympy.sympify(s) - 1))
         return tuple(res)
 
-    def at(self, v, idx, dt, out: tuple):
-        """Operand `v` of a node of shape `out` whose element `idx` is being computed, as dtype `dt`."""
+    def at(self, v, idx, dt, out: tuple, half=None):
+        """Operand `v` of a node of shape `out` whose element `idx` is being computed, as dtype `dt`.
+        `half`: the op computes in that half type, to which eager casts an integer or bool tensor
+        operand first (`x + positions` in bfloat16 adds 256 for 257)."""
         if ops.is_tensor(v):
-            return self.cast(self.value(v, self.bidx(v, idx, out)), dt)
+            got = self.value(v, self.bidx(v, idx, out))
+            if half is not None and v.meta.shape and not v.meta.dtype.is_floating_point \
+                    and compute_dtype(dt) == torch.float32:  # (not a where's or an and's bool operand)
+                got = self.cast_to(self.cast(got, torch.float32), half)
+            return self.cast(got, dt)
         if ops.is_scalar(v):
             return self.scalar(v, dt)
         raise Unfusable(f"operand {v!r}")
@@ -167,8 +173,8 @@ class Lowerer:
         name = ops.op_name(n.target)
         dt = compute_dtype(n.meta.dtype)
         ir = self.ir
-        A = lambda v, t=dt: self.at(v, idx, t, tuple(n.meta.shape))  # noqa: E731
         half = n.meta.dtype if n.meta.dtype in (torch.float16, torch.bfloat16) else None
+        A = lambda v, t=dt: self.at(v, idx, t, tuple(n.meta.shape), half)  # noqa: E731
         N = lambda v: self.narrowed(v, half) or A(v)  # noqa: E731  (a Python number in the half type)
         a0 = n.args[0] if n.args else n.kwargs.get("input")
         if name in ops.CASTS:
@@ -211,8 +217,9 @@ class Lowerer:
         if name in ops.COMPARE:
             other = ops.arg(n, 1, "other")
             cdt = self.common_dtype([a0, other], compute=False)
-            return ir.op(name, (self.narrowed(a0, cdt) or A(a0, cdt), self.narrowed(other, cdt) or A(other, cdt)),
-                         torch.bool)
+            h = cdt if cdt in (torch.float16, torch.bfloat16) else None
+            B = lambda v: self.narrowed(v, cdt) or self.at(v, idx, cdt, tuple(n.meta.shape), h)  # noqa: E731
+            return ir.op(name, (B(a0), B(other)), torch.bool)
         if name in ("logical_and", "logical_or", "logical_not") and n.meta.dtype != torch.bool:
             raise Unfusable("bitwise op on integers")
         if name in ("logical_and", "logical_or"):

@@ -124,3 +124,18 @@ def test_a_zero_dim_tensor_of_another_type_is_narrowed_like_a_number(dtype):
     for t, n in ((torch.tensor(0.1), torch.tensor(257)), (torch.tensor(0.3, dtype=torch.float64), torch.tensor(3))):
         assert all(torch.equal(a, b) for a, b in zip(f(x, t, n), cf(x, t, n)))
     assert all(e.fn.fused for e in cf.entries)
+
+
+@pytest.mark.parametrize("dtype", HALF)
+def test_an_integer_tensor_in_a_half_type_op_is_rounded_to_the_half_type_first(dtype):
+    # eager casts the operands to the op's type: x + positions adds 256 for 257 in bfloat16
+    def f(x, i):
+        return (x + i) * 2, (x * i) * 2, x > i, (i - x) * 2, torch.where(i > 300, x, i)
+
+    cf = ds.compile(f, dynamic=True, backend="fused")
+    g = torch.Generator().manual_seed(0)
+    for n in (8, 33):
+        x = (torch.randn(n, 16, generator=g) * 4).to(dtype)
+        i = torch.randint(-3000, 3000, (n, 16), generator=g)
+        assert all(torch.equal(a, b) for a, b in zip(f(x, i), cf(x, i)))
+    assert all(e.fn.fused for e in cf.entries)
