@@ -5,6 +5,7 @@ import random
 import subprocess
 import sys
 import textwrap
+import threading
 import warnings
 
 import pytest
@@ -115,13 +116,18 @@ def _unique_fn():
 
 def test_first_call_runs_eagerly_and_kernels_swap_in_when_ready():
     f = _unique_fn()
-    with ds.config.patch(fused_sync=False):
-        cf = ds.compile(f, dynamic=True, backend="fused")
-        x = torch.randn(5, 7)
-        torch.testing.assert_close(cf(x), f(x))
-        tiered = cf.entries[0].fn
-        assert not tiered.fused  # the compiler is still running; the call did not wait
-        fused.wait()
+    gate = threading.Event()  # holds the compile thread: a Triton region (no C++ compiler) builds in
+    build.worker.submit(lambda: gate.wait(60))  # milliseconds and could be ready before the check
+    try:
+        with ds.config.patch(fused_sync=False):
+            cf = ds.compile(f, dynamic=True, backend="fused")
+            x = torch.randn(5, 7)
+            torch.testing.assert_close(cf(x), f(x))
+            tiered = cf.entries[0].fn
+            assert not tiered.fused  # the compiler has not run yet; the call did not wait for it
+    finally:
+        gate.set()
+    fused.wait()
     assert tiered.fused, tiered.error
     torch.testing.assert_close(cf(x), f(x))
 
