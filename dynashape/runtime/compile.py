@@ -14,7 +14,6 @@ import inspect
 import logging
 import os
 import re
-import sys
 import types
 import warnings
 import weakref
@@ -30,7 +29,7 @@ from ..symbolic.errors import DataDependentError, DynashapeError
 from ..symbolic import tracehook as _th
 from ..symbolic.shape_env import ShapeEnv
 from ..symbolic.userloc import user_frames
-from ..symbolic.sources import AttrSource, ClosureSource, GlobalSource, ItemSource, LocalSource
+from ..symbolic.sources import LocalSource
 from ..tracing.errors import GraphBreak, GraphBreakError
 from ..tracing import state as _tracing_state
 from ..tracing.state import running as _TRACING
@@ -50,6 +49,7 @@ from .dispatch import widen_for
 from ..tracing.pyenv import trace_environment
 from .policy import make_policy
 from .code_info import _attr_chains, _global_names, _shared_cache
+from .outer import Outer, is_object
 from .registry import ENTRY_WRAPPERS, get_backend
 from .speculation import SideExit, Tree
 from ..tracing.speculate import RealValues
@@ -354,7 +354,8 @@ class CompiledFunction:
         if self.dynamic is None and config.automatic_dynamic_shapes:
             state.frame_state = self.frame_state
         tracer.object_input = lambda v, src: (state.root(v, src), v)[1]
-        modules = self._prepare(tracer, L, state)
+        outer = Outer(self._globals, self._closure, self._freevars, self._co_names, self._chains, tracer, state)
+        modules = outer.prepare(L)
         grad = torch.is_grad_enabled()
         graph.entry_grad, graph.entry_modes = grad, modes_now()  # guarded: the code starts from them
         unspec: set = set()
@@ -369,7 +370,7 @@ class CompiledFunction:
                 elif type(v) in (list, dict):  # rebuilt with symbolic values; its changes are replayed
                     fake[name] = tracer.wrap_input(v, src)
                     state.copied(fake[name], src)
-                elif isinstance(v, (list, dict)) or _is_object(v):  # the real object: changes are replayed
+                elif isinstance(v, (list, dict)) or is_object(v):  # the real object: changes are replayed
                     state.root(v, src)
                     fake[name] = v
                 else:
@@ -393,7 +394,7 @@ class CompiledFunction:
                     state.module(m, src)
                 state.snapshot()
                 try:
-                    with trace_environment() as environ_reads:
+                    with trace_environment() as environ_reads, outer.watching():
                         tracer.run(self._fn, call_args, call_kwargs, finish=state.finish)
                     state.environ(environ_reads)
                 finally:
@@ -487,47 +488,6 @@ class CompiledFunction:
                 pos.append(v)
         return pos, kw
 
-    def _prepare(self, tracer, L, state):
-        """Sources for what the function reads besides its arguments: modules, globals, closures."""
-        modules = []
-        for name, v in L.items():
-            if isinstance(v, torch.nn.Module):
-                tracer.register_module(v, LocalSource(name))
-                modules += [(_sub(LocalSource(name), n), m) for n, m in v.named_modules()]
-        names, seen = list(self._co_names), set(self._co_names)
-        while names:
-            name = names.pop(0)
-            v = self._globals.get(name, _MISSING)
-            if v is _MISSING:
-                continue
-            _read_outer(tracer, v, GlobalSource(name), modules, state)
-            if isinstance(v, types.FunctionType) and v.__globals__ is self._globals:
-                for n in _global_names(v.__code__):  # a helper in the same module reads these too
-                    if n not in seen:
-                        seen.add(n)
-                        names.append(n)
-        for root, attrs in self._chains:  # settings.SCALE, Cfg.scale: the attribute read, not the module
-            v = self._globals.get(root, _MISSING)
-            src = GlobalSource(root)
-            if _library(v):
-                continue
-            for a in attrs:
-                if not isinstance(v, (types.ModuleType, type)):
-                    break
-                v = getattr(v, a, _MISSING)
-                if v is _MISSING:
-                    break
-                src = AttrSource(src, a)
-                if not isinstance(v, (types.ModuleType, type)):
-                    _read_outer(tracer, v, src, modules, state)
-        for i, (var, cell) in enumerate(zip(self._freevars, self._closure)):
-            try:
-                v = cell.cell_contents
-            except ValueError:
-                continue
-            _read_outer(tracer, v, ClosureSource(i, var), modules, state)
-        return modules
-
     def _trace_failed(self, e, tracer, env, modules, grad, args, kwargs, state):
         """The trace raised. Eager decides: its error is the program's own (raised as eager raises
         it, type and message); if eager works, the failure was ours, and the call is a graph break
@@ -585,51 +545,6 @@ class CompiledFunction:
         self._eager_keys = set()
 
 
-_MISSING = object()
-
-
-def _sub(src, dotted: str):
-    return AttrSource(src, dotted) if dotted else src
-
-
-def _read_outer(tracer, v, src, modules, state):
-    """What the traced code may read from a global or closure value, as guarded inputs."""
-    if isinstance(v, torch.Tensor):
-        tracer.lift_sources.setdefault(id(v), src)
-        tracer._keep.append(v)
-    elif isinstance(v, torch.nn.Module):
-        tracer.value_inputs.append(_ident(src, v))  # the same module object, then its state
-        tracer.register_module(v, src)
-        modules += [(_sub(src, n), m) for n, m in v.named_modules()]
-    elif isinstance(v, (types.FunctionType, types.BuiltinFunctionType, type)):
-        tracer.value_inputs.append(_ident(src, v))  # a rebound helper function or class recompiles
-    elif isinstance(v, types.ModuleType):
-        return  # its attributes are guarded where they are read (see _attr_chains)
-    elif isinstance(v, functools.partial) or callable(v) and not _is_object(v):
-        tracer.value_inputs.append(_ident(src, v))
-    else:  # constants, containers, config objects: walked, guarded, changes replayed
-        state.root(v, src)
-
-
-def _is_object(v) -> bool:
-    """A plain Python object whose attributes the trace may read (a config, a cache, a dataclass)."""
-    if isinstance(v, (torch.Tensor, torch.nn.Module, type, types.ModuleType, types.FunctionType,
-                      types.BuiltinFunctionType, types.MethodType, functools.partial)):
-        return False
-    if isinstance(v, (bool, int, float, str, bytes, type(None), tuple, torch.dtype, torch.device)):
-        return False
-    return hasattr(v, "__dict__")
-
-
-_LIBRARIES = frozenset(sys.stdlib_module_names) | {"torch", "numpy", "sympy", "dynashape", "transformers",
-                                                    "typing_extensions"}
-
-
-def _library(v) -> bool:
-    """A module or class of torch, the standard library and the like: its attributes are not guarded."""
-    name = v.__name__ if isinstance(v, types.ModuleType) else getattr(v, "__module__", None)
-    return isinstance(name, str) and name.split(".", 1)[0] in _LIBRARIES
-
 
 def _describe_call(shape) -> str:
     if shape == 0:
@@ -642,10 +557,6 @@ def _strip_self(shape, bound):
     if bound is None or shape == 0:
         return shape
     return shape - 1 if isinstance(shape, int) else (shape[0] - 1, shape[1])
-
-
-def _ident(src, v):
-    return ValueInput(src, v, "id")
 
 
 class CompiledModule(torch.nn.Module):

@@ -10,7 +10,8 @@ arguments, the modules, the globals it names), giving every object a source
   every call, not only after `Module.__setattr__`; those over modules' own dicts
   whenever one of those dicts was written, guards/native.py), tensors become
   inputs read from their source;
-- snapshot: a shallow copy of every list, dict and object `__dict__` met;
+- snapshot: a shallow copy of every list, dict, object `__dict__` and closure cell met,
+  and of the globals of the modules whose code the trace runs (runtime/outer.py);
 - after the trace, the difference from the snapshot is the trace's side effects:
   they are turned into *effects* replayed with this call's values when the
   compiled code runs, once, and the objects are restored to the snapshot, so no
@@ -27,9 +28,10 @@ import torch
 from torch.nn.modules import module as nn_module
 
 from ..guards import module_epoch, native
-from ..symbolic.sources import AttrSource, ItemSource, Source
+from ..symbolic.sources import AttrSource, ItemSource, NamespaceSource, Source
 from ..tracing.outputs import Template, build, builder
 from .annotations import ANY as _MARKED_ANY
+from .pystate_why import _module_attributes_text, _why_attrs, _why_dicts, _why_keys, _why_modules, _why_replaced
 
 _PLAIN = (bool, int, float, str, bytes, type(None), complex)
 _ATOMIC = (torch.dtype, torch.device, torch.layout, torch.memory_format, enum.Enum, torch.Size)
@@ -95,6 +97,8 @@ class PyState:
         self.module_lines: list[str] = []  # checks that read only the walked modules' dicts (see guard())
         self._cells: list = []  # (closure cell, its int) holding a SymInt while tracing
         self.frame_state = None  # automatic dynamic for closed-over ints (runtime.policy.FrameState)
+        self.ignored: set = set()  # (id(dict), key): put there for the trace only (runtime/outer.py)
+        self.stored: set = set()  # names the user's code the trace ran stores as globals or attributes
 
     # ------------------------------------------------------------ walking
     def _const(self, v, hint="k") -> str:
@@ -133,7 +137,7 @@ class PyState:
             return
         self.readers[id(copy)] = self._reader(src)
         self._keep.append(copy)
-        self.containers.append(("list" if type(copy) is list else "dict", copy, src))
+        self._contain("list" if type(copy) is list else "dict", copy, src)
         items = enumerate(copy) if type(copy) is list else copy.items()
         for k, x in items:
             if isinstance(x, (list, dict, tuple)) and _key_ok(k):
@@ -149,10 +153,10 @@ class PyState:
         mv = self._const(m, "m")
         self._var[id(m)] = mv
         d = vars(m)
-        self.containers.append(("attrs", m, src))
+        self._contain("attrs", m, src)
         for k in module_epoch.MEMBERS:
             if isinstance(d.get(k), dict):
-                self.containers.append(("dict", d[k], AttrSource(src, k)))
+                self._contain("dict", d[k], AttrSource(src, k))
         self._walked.append((m, src))
         self._mod_plain.append((d, src, "training", m.training))
         self._class_attrs(type(m), src)
@@ -205,7 +209,7 @@ class PyState:
         t = self._const(type(v), "t")
         if isinstance(v, (list, tuple)):
             if type(v) is list:
-                self.containers.append(("list", v, src))
+                self._contain("list", v, src)
             if _plain(v):
                 self._check(f"type({var}) is {t} and {var} == {self._const(list(v) if type(v) is list else v)}",
                             f"{src.pretty()} == {v!r}")
@@ -221,7 +225,7 @@ class PyState:
             if "__builtins__" in v and "__name__" in v:  # a module's globals: read through their own guards
                 self._check(f"{var} is {self._const(v, 'o')}", f"{src.pretty()} is the same namespace")
                 return
-            self.containers.append(("dict", v, src))
+            self._contain("dict", v, src)
             if _plain(v):
                 self._check(f"type({var}) is {t} and {var} == {self._const(dict(v))}", f"{src.pretty()} == {v!r}")
                 return
@@ -239,15 +243,7 @@ class PyState:
         if isinstance(v, types.FunctionType):  # by code object and closure contents, not identity
             self._check(f"type({var}) is {t} and {var}.__code__ is {self._const(v.__code__, 'code')}",
                         f"{src.pretty()} is a function of {v.__qualname__}'s code")
-            for i, cell in enumerate(v.__closure__ or ()):
-                try:
-                    x = cell.cell_contents
-                except ValueError:
-                    continue
-                csrc = AttrSource(ItemSource(AttrSource(src, "__closure__"), i), "cell_contents")
-                if type(x) is int and self._int_cell(cell, x, csrc):
-                    continue
-                self._child(x, csrc, f"{var}.__closure__[{i}].cell_contents", depth)
+            self._walk_cells(v, src, var, depth, int_policy=True)
             return
         if isinstance(v, types.MethodType):
             self._check(f"type({var}) is {t} and {var}.__func__ is {self._const(v.__func__, 'o')}",
@@ -262,6 +258,46 @@ class PyState:
         self._check(f"type({var}) is {t}", f"type({src.pretty()}) is {type(v).__qualname__}")
         self._class_attrs(type(v), src)
         self._attrs(v, src, var, depth)
+
+    def function(self, fn, src: Source) -> None:
+        """A helper function the trace may call (a global; its identity is guarded by the caller):
+        what its closure cells hold is guarded, and a store to them (`nonlocal n; n += 1`) is
+        replayed at run time like an attribute write."""
+        if not getattr(fn, "__closure__", None) or id(fn) in self._seen:
+            return
+        self._seen[id(fn)] = src
+        self._keep.append(fn)
+        var = self._name("v")
+        self.lines.append(f"{var} = {src.name()}")
+        self._walk_cells(fn, src, var, 0)
+
+    def _walk_cells(self, fn, src, var, depth, int_policy=False) -> None:
+        for i, cell in enumerate(fn.__closure__ or ()):
+            cell_src = ItemSource(AttrSource(src, "__closure__"), i)
+            self.container("cell", cell, cell_src)
+            try:
+                x = cell.cell_contents
+            except ValueError:
+                continue
+            csrc = AttrSource(cell_src, "cell_contents")
+            if int_policy and type(x) is int and self._int_cell(cell, x, csrc):
+                continue
+            self._child(x, csrc, f"{var}.__closure__[{i}].cell_contents", depth)
+
+    def container(self, kind: str, obj, src: Source) -> None:
+        """A list, dict, object (`attrs`) or closure cell (`cell`) whose changes by the trace are
+        replayed at run time and undone after it. One met after the snapshot (while the trace runs:
+        another module's globals, runtime/outer.py) is snapshotted now, before its code runs."""
+        if id(obj) not in self.readers:
+            self.readers[id(obj)] = self._reader(src)
+            self._keep.append(obj)
+        self._contain(kind, obj, src)
+
+    def _contain(self, kind: str, obj, src: Source) -> None:
+        self.containers.append((kind, obj, src))
+        if hasattr(self, "_snap"):
+            self._snap.append((kind, obj, src, _contents(kind, obj)))
+            self._written = None  # its writes are not watched: every container is compared
 
     def _int_cell(self, cell, x: int, src: Source) -> bool:
         """A closed-over int of a function argument follows the int policy (automatic dynamic: a
@@ -303,7 +339,7 @@ class PyState:
         """An object's __dict__: its keys, its plain values in one comparison, the rest one by one."""
         d = vars(obj)
         if not module:
-            self.containers.append(("attrs", obj, src))
+            self._contain("attrs", obj, src)
         dv = self._name("d")
         if not module:
             self.lines.append(f"{dv} = {var}.__dict__")
@@ -370,6 +406,12 @@ class PyState:
             self._check_module(f"all(map(_is, map(vars, {self._const(mods, 'mods')}), "
                                f"{self._const(tuple(map(vars, mods)), 'mds')}))",
                                _why_replaced(self._walked), None)
+            # no attribute added or deleted: one the trace looked for and did not find
+            # (`getattr(m, "calls", 0)`) may be there now
+            self.ns["_keys"] = dict.keys
+            self._check_module(f"list(map(_keys, {self._const(tuple(map(vars, mods)), 'mds')})) == "
+                               f"{self._const([set(vars(m)) for m in mods], 'mkeys')}",
+                               _why_keys(self._walked), None)
         if self._mod_plain:
             self.ns["_get"] = dict.get
             dicts, _, keys, vals = zip(*self._mod_plain)
@@ -423,8 +465,8 @@ class PyState:
         `fn.texts`), for explaining a miss. The guard function of the entry inlines the same checks:
         `fn.lines` on every call, `fn.module_lines` when a dict of `fn.modules` changed."""
         self._module_checks()
-        if not self.lines and not self.module_lines:
-            return None
+        if not self.lines and not self.module_lines and self.env.keys() <= {"G", "C"}:
+            return None  # (another module's globals, runtime/outer.py: the guard's namespace names them)
         ns = dict(self.ns, **self.env, torch=torch)
         body = self.module_lines + self.lines
         src = "def state_guard(L):\n" + "".join(f"    {ln}\n" for ln in body) + "    return None\n"
@@ -454,7 +496,7 @@ class PyState:
         # one was written since (lists have no tag: always compared); the stand-in says "written"
         owners = [obj for kind, obj, _ in self.containers if kind == "attrs"]
         dicts = [obj for kind, obj, _ in self.containers if kind == "dict" and isinstance(obj, dict)]
-        if len(owners) + len(dicts) == sum(kind != "list" for kind, _, _ in self.containers):
+        if len(owners) + len(dicts) == sum(kind not in ("list", "cell") for kind, _, _ in self.containers):
             self._written = native.watch(dicts + [vars(o) for o in owners], owners)
             self._written.commit(self._written.snap())
         else:  # a container the tags cannot cover: everything is compared
@@ -471,7 +513,9 @@ class PyState:
         self.out_spec = tmpl.of(out)
         unwritten = self._dicts_unwritten()
         for kind, obj, src, before in self._snap:
-            if unwritten and kind != "list":
+            if kind in ("dict", "attrs") and self.stored:  # (a store of the same object writes no dict)
+                self._unchanged_stores(kind, obj, src, before, _contents(kind, obj))
+            if unwritten and kind not in ("list", "cell"):
                 continue
             now = _contents(kind, obj)
             if kind == "list":
@@ -479,7 +523,8 @@ class PyState:
                     self.effects.append(("list", self.readers.get(id(obj)) or self._reader(src),
                                          [tmpl.of(x) for x in now], None))
                 continue
-            sets = [(k, tmpl.of(x)) for k, x in now.items() if k not in before or before[k] is not x]
+            sets = [(k, tmpl.of(x)) for k, x in now.items()
+                    if (k not in before or before[k] is not x) and (id(obj), k) not in self.ignored]
             dels = [k for k in before if k not in now]
             if sets or dels:
                 if isinstance(obj, torch.nn.Module) or (kind == "dict" and isinstance(src, AttrSource)
@@ -488,28 +533,45 @@ class PyState:
                 self.effects.append((kind, self.readers.get(id(obj)) or self._reader(src), sets, dels))
         return tuple(tmpl.flat)
 
+    def _unchanged_stores(self, kind, obj, src, before, now) -> None:
+        """A store of the object that was there already (`CALLS = 0` where CALLS is 0) leaves no
+        difference to replay: where the code stored such a name, its value is guarded instead, so a
+        caller changing it between calls traces again (and the store is then replayed)."""
+        for k in self.stored.intersection(before):
+            x = now.get(k, _MISSING)
+            if x is not before[k] or (id(obj), k) in self.ignored or isinstance(x, torch.Tensor) and kind == "dict" \
+                    and not isinstance(src, NamespaceSource):
+                continue
+            var = self._name("s")
+            self.lines.append(f"{var} = {'vars(' + src.name() + ')' if kind == 'attrs' else src.name()}.get({k!r})")
+            if isinstance(x, _PLAIN):
+                cond = f"type({var}) is {self._const(type(x), 't')} and {var} == {self._const(x)}"
+            else:
+                cond = f"{var} is {self._const(x, 'o')}"
+            self._check(cond, f"{src.pretty()}[{k!r}] is {x!r:.60}, as when the trace stored it")
+
     def restore(self) -> None:
-        for cell, x in self._cells:
-            cell.cell_contents = x
         for obj, d in getattr(self, "_own_dicts", ()):  # `obj.__dict__ = {...}` in the trace: its own dict back
             if vars(obj) is not d:
                 object.__setattr__(obj, "__dict__", d)
         unwritten = self._dicts_unwritten()
         for kind, obj, src, before in getattr(self, "_snap", ()):
-            if unwritten and kind != "list":
+            if unwritten and kind not in ("list", "cell"):
                 continue
             now = _contents(kind, obj)
             if kind == "list":
                 if len(now) != len(before) or any(a is not b for a, b in zip(now, before)):
                     obj[:] = before
                 continue
-            target = vars(obj) if kind == "attrs" else obj
+            target = _CellDict(obj) if kind == "cell" else vars(obj) if kind == "attrs" else obj
             if now.keys() != before.keys() or any(before[k] is not x for k, x in now.items()):
                 for k in [k for k in now if k not in before]:
                     del target[k]
                 for k, x in before.items():
                     if now.get(k, _MISSING) is not x:
                         target[k] = x
+        for cell, x in self._cells:  # after the cells' snapshots, which hold the traced SymInt
+            cell.cell_contents = x
 
     def runner(self, fn):
         """fn(L) -> flat graph values becomes fn(L) -> the output, with the effects applied."""
@@ -542,7 +604,7 @@ class PyState:
                 if kind == "list":
                     target[:] = sets
                     continue
-                d = vars(target) if kind == "attrs" else target
+                d = _CellDict(target) if kind == "cell" else vars(target) if kind == "attrs" else target
                 for k, v in sets:
                     d[k] = v
                 for k in dels:
@@ -582,69 +644,6 @@ class _Reader:
         return self.fn(L)
 
 
-def _module_attributes_text(items) -> str:
-    """The listed text of the walked modules' plain attributes (written when entry.guards is read)."""
-    names = {id(src): src.name() for _, src, _, _ in items}  # a source prints once
-    return "module attributes: " + " and ".join(f"{names[id(src)]}.{k} == {x!r}" for _, src, k, x in items)
-
-
-def _why_modules(items):
-    def why(L):
-        for d, src, k, x in items:
-            now = d.get(k, _MISSING)
-            if now is _MISSING:
-                return f"{src.name()}.{k} == {x!r} failed ({src.pretty()}.{k} is not set)"
-            if type(now) is not type(x) or now != x:
-                return f"{src.name()}.{k} == {x!r} failed ({src.pretty()}.{k} = {now!r})"
-        return "module attributes changed"
-    return why
-
-
-def _why_replaced(walked):
-    saved = [(m, vars(m), src) for m, src in walked]
-
-    def why(L):
-        for m, d, src in saved:
-            if vars(m) is not d:
-                return f"{src.pretty()}.__dict__ is not the dict it was when traced (it was replaced)"
-        return "module state changed"
-    return why
-
-
-def _why_dicts(members):
-    """members: (module __dict__, name, its dict then, source)."""
-    saved = [(d, k, t, src, dict(t)) for d, k, t, src in members]
-    what = {"_parameters": "parameters", "_buffers": "buffers", "_modules": "submodules"}
-
-    def why(L):
-        for d, k, t, src, before in saved:
-            if d.get(k) is not t:
-                return f"{src.pretty()}.{k} is not the dict it was when traced (it was replaced)"
-            if list(t) != list(before) or any(t[n] is not v for n, v in before.items()):
-                names = f" (now {list(t)}, then {list(before)})" if list(t) != list(before) else ""
-                return f"the {what[k]} of {src.pretty()} are not the same objects as when traced{names}"
-        return "module members changed"
-    return why
-
-
-def _why_attrs(read, src, items):
-    """The failure reason of a batch of attribute checks: which attribute, and its value now."""
-    def why(L):
-        try:
-            d = vars(read(L))
-        except Exception as e:
-            return f"{src.name()} could not be read ({type(e).__name__})"
-        for k, x in items:
-            now = d.get(k, _MISSING)
-            if now is _MISSING:
-                return f"{src.name()}.{k} == {x!r} failed ({src.pretty()}.{k} is not set)"
-            if type(now) is not type(x) or now != x:
-                return f"{src.name()}.{k} == {x!r} failed ({src.pretty()}.{k} = {now!r})"
-        return f"the attributes of {src.pretty()} changed"
-    why.text = " and ".join(f"{src.name()}.{k} == {x!r}" for k, x in items)
-    return why
-
-
 class Runner:
     """The backend's callable with the output rebuilt and effects applied; its attributes (the
     source, a fused backend's regions and state) are the backend callable's."""
@@ -676,7 +675,33 @@ def _contents(kind, obj):
         return list(obj)
     if kind == "attrs":
         return dict(vars(obj))
+    if kind == "cell":
+        try:
+            return {"cell_contents": obj.cell_contents}
+        except ValueError:  # empty
+            return {}
     return dict(obj)
+
+
+class _CellDict:
+    """A closure cell written like a dict of its one value (`cell_contents`)."""
+
+    __slots__ = ("cell",)
+
+    def __init__(self, cell):
+        self.cell = cell
+
+    def __setitem__(self, k, v):
+        self.cell.cell_contents = v
+
+    def __delitem__(self, k):
+        del self.cell.cell_contents
+
+    def pop(self, k, default=None):
+        try:
+            del self.cell.cell_contents
+        except ValueError:
+            pass
 
 
 def vars_or_none(v):

@@ -263,6 +263,8 @@ def _number(e: sympy.Number) -> tuple[str, int]:
         return "float('inf')", ATOM  # no `math` needed in the guard namespace
     if e is sympy.S.NegativeInfinity:
         return "-float('inf')", UNARY
+    if e is sympy.nan:  # a float symbol plus a NaN constant (`n + c`, c a NaN closure value)
+        return "float('nan')", ATOM
     if e.is_Rational:
         return f"{e.p}/{e.q}", MUL
     if e.is_Float:

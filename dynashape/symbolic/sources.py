@@ -79,6 +79,52 @@ class GlobalSource(Source):
 
 
 @dataclass(frozen=True, eq=True)
+class NamespaceSource(Source):
+    """A module's globals dict, as the generated code names it: `G` (the compiled function's), or
+    a name the Python-state checks bind to another module's (`_GM1`, read by a helper there)."""
+    key: str
+    module: str  # the module's name, for messages
+
+    @cached_property
+    def _name(self) -> str:
+        return self.key
+
+    @cached_property
+    def _pretty(self) -> str:
+        return f"the globals of {self.module}"
+
+
+@dataclass(frozen=True, eq=True)
+class ModuleGlobalSource(Source):
+    """A global of another module than the compiled function's, read by code the trace ran there."""
+    base: NamespaceSource
+    global_name: str
+
+    @cached_property
+    def _name(self) -> str:
+        return f"{self.base.key}[{self.global_name!r}]"
+
+    @cached_property
+    def _pretty(self) -> str:
+        return f"{self.base.module}.{self.global_name}"
+
+
+@dataclass(frozen=True, eq=True)
+class CellSource(Source):
+    """A closure cell of the compiled function (the cell itself: `C[0]`; its value is ClosureSource)."""
+    index: int
+    var: str
+
+    @cached_property
+    def _name(self) -> str:
+        return f"C[{self.index}]"
+
+    @cached_property
+    def _pretty(self) -> str:
+        return f"the cell of {self.var}"
+
+
+@dataclass(frozen=True, eq=True)
 class ClosureSource(Source):
     index: int  # position in the function's __closure__
     var: str  # the free variable's name

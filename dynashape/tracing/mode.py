@@ -9,6 +9,7 @@ and (4) records the call in the graph and returns FakeTensors.
 from __future__ import annotations
 
 import inspect
+import sys
 import types
 
 import torch
@@ -108,7 +109,14 @@ class TracingMode(TorchFunctionMode):
         rule = get_rule(func)
         if rule is None and self._decomposable(func):
             return self._decompose(func, args, kwargs)
-        return tr.call_op(func, rule, args, kwargs)
+        hook = sys.gettrace()  # runtime/outer.py's, watching the user's code: not needed in ours (half
+        if hook is None:  # of a trace's Python calls are ours)
+            return tr.call_op(func, rule, args, kwargs)
+        sys.settrace(None)
+        try:
+            return tr.call_op(func, rule, args, kwargs)
+        finally:
+            sys.settrace(hook)
 
     # ------------------------------------------------------------ decomposition
     def _decomposable(self, func) -> bool:

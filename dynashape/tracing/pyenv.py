@@ -6,8 +6,9 @@
   torch.export.
 - `isinstance(n, int)` is True for a symbolic int met in user or library code
   (as under torch.compile: the value *is* an int at run time, and any branch on
-  its value adds a guard); `type(n) is int` stays False. dynashape's own code
-  keeps the plain answer.
+  its value adds a guard). dynashape's own code keeps the plain answer. `type(n)` in
+  the user's code answers as at run time (`user_type`, put in their modules' globals
+  for the trace by runtime/outer.py).
 - `random` and `numpy.random` scalar draws from user code become graph calls drawn at
   run time (pyrandom.py); other `random`, `time` and `numpy.random` calls are graph
   breaks: their value would otherwise be baked into the graph as a constant. Not
@@ -36,6 +37,7 @@ from ..symbolic.userloc import user_location
 from . import pyrandom
 from .errors import GraphBreak
 from .state import current_tracer
+from .fake import FakeTensor
 from .symint import SymBool, SymFloat, SymInt
 from .tree import leaves
 
@@ -87,6 +89,37 @@ def _isinstance(obj, cls):
         return issubclass(pytype, cls)
     except TypeError:
         return False
+
+
+_orig_type = type
+
+
+class _TypeMeta(type):
+    def __call__(cls, *args, **kwargs):
+        if len(args) != 1 or kwargs:  # type(name, bases, namespace): a new class
+            return _orig_type(*args, **kwargs)
+        t = _orig_type(args[0])
+        pytype = _PYTYPE.get(t)
+        if pytype is not None:
+            return pytype
+        if t is FakeTensor:  # the type of the tensor it stands for (a Parameter, a subclass)
+            tr = current_tracer()
+            real = tr._input_of.get(id(args[0])) if tr is not None else None
+            return _orig_type(real[1]) if real is not None else torch.Tensor
+        return t
+
+    def __instancecheck__(cls, obj):
+        return _orig_isinstance(obj, _orig_type)
+
+    def __subclasscheck__(cls, sub):
+        return issubclass(sub, _orig_type)
+
+
+class user_type(metaclass=_TypeMeta):
+    """`type` as the user's code sees it while a trace runs (runtime/outer.py puts it in the globals
+    of their modules whose code calls `type`): a symbolic int's type is int and a traced tensor's is
+    the type of the tensor it stands for, as when the compiled code runs (`type(n) is int` took the
+    other branch). `isinstance(c, type)` and `type(name, bases, ns)` behave as the builtin's."""
 
 
 def _compiling(orig):

@@ -54,12 +54,21 @@ def test_str_and_format_of_a_symbolic_size_give_the_number():
         assert torch.equal(cf(x), f(x))
 
 
-def test_type_of_a_symbolic_int_stays_symint():
+def test_type_in_user_code_answers_as_at_run_time():
+    # was False for a symbolic int, and `type(x) is torch.Tensor` False for a traced tensor: the
+    # trace took the other branch of eager's, silently
     kinds = []
 
-    def f(x):
-        kinds.append(type(x.shape[0]) is int)
-        return x
+    def f(x, n, w):
+        kinds.append((type(x.shape[0]) is int, type(n) is int, type(x) is torch.Tensor,
+                      type(w) is torch.nn.Parameter, type(x * 2) is torch.Tensor))
+        a = x * 2 if type(n) is int else x * 3
+        return a + 1 if type(w) is torch.nn.Parameter else a + 2
 
-    ds.compile(f, dynamic=True)(torch.ones(3))
-    assert kinds == [False]  # documented: isinstance(n, int) is True, type(n) is int is not
+    w = torch.nn.Parameter(torch.ones(3))
+    cf = ds.compile(f, dynamic=True)
+    for n in (3, 4):
+        x = torch.randn(n)
+        torch.testing.assert_close(cf(x, n, w), f(x, n, w))
+    assert kinds[0] == (True,) * 5 and all(k == kinds[0] for k in kinds)
+    assert isinstance(int, type) and type("K", (), {}).__name__ == "K"  # the builtin is back after the trace

@@ -1,0 +1,255 @@
+"""What a compiled function reads and writes besides its arguments: globals, closure cells, and
+the globals of the modules whose code the trace runs.
+
+Before the trace (`Outer.prepare`), the globals the function names (and the helpers of its own
+module name) and its closure cells are walked: their values guarded, tensors made inputs,
+modules registered. The function's globals dict and cells are containers of the Python state
+(runtime/pystate.py): a store the trace makes (`global step; step += 1`, `nonlocal n`) is replayed
+when the compiled code runs and undone after the trace, so no FakeTensor stays in a module.
+
+Which other code runs is known only while the trace runs: a helper in another module
+(`helpers.scaled(x)` reading `helpers.SCALE`), a method of a class defined elsewhere, a method of
+this module reached through an object. A trace function (`Outer.watching`, calls only) walks each
+new code object's global names in its own module the first time it is called, before its first
+line runs, and watches that module's dict for stores the same way. Modules of torch, the standard
+library, transformers and dynashape are not walked: their globals are taken as constant.
+
+    >>> import helpers                     # helpers.py: SCALE = 2.0; def scaled(x): return x * SCALE
+    >>> f = ds.compile(lambda x: helpers.scaled(x))
+    >>> f(x); helpers.SCALE = 3.0; f(x)    # the guard `helpers.SCALE == 2.0` fails: traced again
+"""
+from __future__ import annotations
+
+import contextlib
+import dis
+import functools
+import sys
+import sysconfig
+import types
+
+import torch
+
+from ..symbolic.sources import (AttrSource, CellSource, ClosureSource, GlobalSource, LocalSource, ModuleGlobalSource,
+                                NamespaceSource)
+from ..tracing.inputs import ValueInput
+from ..tracing.pyenv import user_type
+from .code_info import _attr_chains, _global_names
+
+_MISSING = object()
+_LIBRARIES = frozenset(sys.stdlib_module_names) | {"torch", "numpy", "sympy", "dynashape", "transformers",
+                                                    "typing_extensions"}
+
+
+class Outer:
+    """The reads and writes of one trace outside its arguments (see the module's docstring)."""
+
+    def __init__(self, fn_globals: dict, closure: tuple, freevars: tuple, co_names, chains, tracer, state):
+        self.globals, self.closure, self.freevars = fn_globals, closure, freevars
+        self.co_names, self.chains = co_names, chains
+        self.tracer, self.state = tracer, state
+        self.modules: list = []  # (source, module) of every module reached
+        self._names: dict = {}  # id(globals dict) -> the names walked there
+        self._spaces: dict = {}  # id(globals dict) -> NamespaceSource, or None: a library's (not walked)
+        self._codes: set = set()  # code objects met while tracing
+        self._chained: set = set()  # (id(globals dict), name, attributes) walked
+        self._injected: list = []  # globals dicts given `type` for the trace's duration
+        self._seen: list = []
+
+    # ------------------------------------------------------------ before the trace
+    def prepare(self, L) -> list:
+        """Sources for what the function reads besides its arguments: modules, globals, closures.
+        Returns the (source, module) pairs reached."""
+        tracer, state = self.tracer, self.state
+        for name, v in L.items():
+            if isinstance(v, torch.nn.Module):
+                tracer.register_module(v, LocalSource(name))
+                self.modules += [(_sub(LocalSource(name), n), m) for n, m in v.named_modules()]
+        own = self._space(self.globals)
+        names = self._names.setdefault(id(self.globals), set())
+        todo = [n for n in self.co_names if n not in names]
+        names.update(todo)
+        while todo:
+            name = todo.pop(0)
+            v = self.globals.get(name, _MISSING)
+            if v is _MISSING:
+                continue
+            self.read(v, GlobalSource(name))
+            if isinstance(v, types.FunctionType) and v.__globals__ is self.globals:
+                for n in _global_names(v.__code__):  # a helper in the same module reads these too
+                    if n not in names:
+                        names.add(n)
+                        todo.append(n)
+        self._chains(self.chains, self.globals, GlobalSource)
+        for i, (var, cell) in enumerate(zip(self.freevars, self.closure)):
+            state.container("cell", cell, CellSource(i, var))  # `nonlocal n; n += 1` is replayed
+            try:
+                v = cell.cell_contents
+            except ValueError:
+                continue
+            self.read(v, ClosureSource(i, var))
+        if own is not None:
+            state.container("dict", self.globals, own)  # `global n; n = ...` is replayed
+        return self.modules
+
+    def read(self, v, src) -> None:
+        """A global or closure value the traced code may read, as guarded inputs."""
+        tracer, state = self.tracer, self.state
+        if isinstance(v, torch.Tensor):
+            tracer.lift_sources.setdefault(id(v), src)
+            tracer._keep.append(v)
+        elif isinstance(v, torch.nn.Module):
+            tracer.value_inputs.append(_ident(src, v))  # the same module object, then its state
+            tracer.register_module(v, src)
+            self.modules += [(_sub(src, n), m) for n, m in v.named_modules()]
+        elif isinstance(v, (types.FunctionType, types.BuiltinFunctionType, type)):
+            tracer.value_inputs.append(_ident(src, v))  # a rebound helper function or class recompiles
+            if isinstance(v, types.FunctionType) and not _library(v):
+                state.function(v, src)  # its cells: read (guarded) and written (replayed) by the trace
+        elif isinstance(v, types.ModuleType):
+            if not _library(v):  # its attributes are guarded where they are read (`settings.SCALE`); a
+                space = self._space(vars(v))  # store to one (`settings.SCALE = 3`) is replayed
+                if space is not None and id(vars(v)) not in self._names:
+                    self._names[id(vars(v))] = set()
+                    state.container("dict", vars(v), space)
+        elif isinstance(v, functools.partial) or callable(v) and not is_object(v):
+            tracer.value_inputs.append(_ident(src, v))
+        else:  # constants, containers, config objects: walked, guarded, changes replayed
+            state.root(v, src)
+
+    def _chains(self, chains, g: dict, source) -> None:
+        for root, attrs in chains:  # settings.SCALE, Cfg.scale: the attribute read, not the module
+            if (id(g), root, attrs) in self._chained:
+                continue
+            self._chained.add((id(g), root, attrs))
+            v = g.get(root, _MISSING)
+            src = source(root)
+            if _library(v):
+                continue
+            for a in attrs:
+                if not isinstance(v, (types.ModuleType, type)):
+                    break
+                v = getattr(v, a, _MISSING)
+                if v is _MISSING:
+                    break
+                src = AttrSource(src, a)
+                if not isinstance(v, (types.ModuleType, type)):
+                    self.read(v, src)
+
+    def _space(self, g: dict):
+        """The source of globals dict `g` (None: a library's, or not a module's)."""
+        if id(g) in self._spaces:
+            return self._spaces[id(g)]
+        name = g.get("__name__")
+        if _library_globals(g):
+            space = None
+        elif g is self.globals:
+            space = NamespaceSource("G", name if isinstance(name, str) else "the function's module")
+        else:
+            key = f"_GM{sum(s is not None and s.key != 'G' for s in self._spaces.values()) + 1}"
+            self.state.env[key] = g  # the guards and readers name it so
+            self.tracer.graph.namespace[key] = g  # and the graph, which reads its tensors
+            space = NamespaceSource(key, name if isinstance(name, str) else "a namespace")
+        self._spaces[id(g)] = space
+        self._seen.append(g)  # (its id stays its own while the trace runs)
+        return space
+
+    # ------------------------------------------------------------ while the trace runs
+    @contextlib.contextmanager
+    def watching(self):
+        """A trace function for the trace's duration: `met` for each code object at its first call."""
+        prev = sys.gettrace()
+        codes, met = self._codes, self.met
+
+        def hook(frame, event, arg):
+            if frame.f_code not in codes:
+                codes.add(frame.f_code)
+                met(frame.f_globals, frame.f_code)
+            return prev(frame, event, arg) if prev is not None else None
+        sys.settrace(hook)
+        try:
+            yield
+        finally:
+            sys.settrace(prev)
+            for g in self._injected:
+                if g.get("type") is user_type:
+                    del g["type"]
+            self._injected.clear()
+
+    def met(self, g: dict, code) -> None:
+        """Code about to run for the first time in this trace: the globals it reads in its module."""
+        space = self._space(g)
+        if space is None:
+            return
+        names = self._names.get(id(g))
+        if names is None:
+            names = self._names[id(g)] = set()
+            self.state.container("dict", g, space)  # snapshotted now, before its code runs
+        self.state.stored.update(_stored_names(code))
+        read = _global_names(code)
+        new = [n for n in read if n not in names]
+        names.update(new)
+        if "type" in read and "type" not in g:  # `type(n) is int` answered as at run time (pyenv.user_type)
+            g["type"] = user_type
+            self.state.ignored.add((id(g), "type"))
+            self._injected.append(g)
+        before = len(self.modules)
+        source = GlobalSource if g is self.globals else functools.partial(ModuleGlobalSource, space)
+        for n in new:
+            v = g.get(n, _MISSING)
+            if v is not _MISSING:
+                self.read(v, source(n))
+        self._chains(_attr_chains(code), g, source)
+        for src, m in self.modules[before:]:  # met while tracing: its state walked now
+            self.state.module(m, src)
+
+
+_INSTALLED = tuple({p for k, p in sysconfig.get_paths().items() if k in ("stdlib", "platstdlib", "purelib", "platlib")})
+
+
+def _library_globals(g: dict) -> bool:
+    """Globals of a library's module: torch's and the like by name, and any module installed in the
+    standard library or site-packages (pytest's, hypothesis's gc callbacks, sympy's mpmath: code a
+    trace may run that is not the user's). A namedtuple's `__new__` is made by exec in a namespace
+    of its own. Modules without a file (exec'd code, `python -c`) are the user's."""
+    name = g.get("__name__")
+    if isinstance(name, str) and (name.split(".", 1)[0] in _LIBRARIES or name.startswith("namedtuple_")):
+        return True
+    f = g.get("__file__")
+    return isinstance(f, str) and (f.startswith(_INSTALLED) or "site-packages" in f or "dist-packages" in f)
+
+
+@functools.lru_cache(maxsize=4096)
+def _stored_names(code) -> frozenset:
+    """Names the code (and code nested in it) stores or deletes as a global or an attribute."""
+    names, todo = set(), [code]
+    while todo:
+        c = todo.pop()
+        for ins in dis.get_instructions(c):
+            if ins.opname in ("STORE_GLOBAL", "DELETE_GLOBAL", "STORE_ATTR", "DELETE_ATTR"):
+                names.add(ins.argval)
+        todo += [k for k in c.co_consts if isinstance(k, types.CodeType)]
+    return frozenset(names)
+
+
+def _sub(src, dotted: str):
+    return AttrSource(src, dotted) if dotted else src
+
+
+def _ident(src, v):
+    return ValueInput(src, v, "id")
+
+
+def is_object(v) -> bool:
+    """A plain Python object whose attributes the trace may read (a config, a cache, a dataclass)."""
+    if isinstance(v, (torch.Tensor, torch.nn.Module, type, types.ModuleType, types.FunctionType,
+                      types.BuiltinFunctionType, types.MethodType, functools.partial)):
+        return False
+    if isinstance(v, (bool, int, float, str, bytes, type(None), tuple, torch.dtype, torch.device)):
+        return False
+    return hasattr(v, "__dict__")
+
+
+def _library(v) -> bool:
+    """A module or class of torch, the standard library and the like: its attributes are not guarded."""
+    name = v.__name__ if isinstance(v, types.ModuleType) else getattr(v, "__module__", None)
+    return isinstance(name, str) and name.split(".", 1)[0] in _LIBRARIES

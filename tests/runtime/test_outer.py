@@ -1,0 +1,190 @@
+"""Globals and closure cells read and written by a compiled function and by the helpers it runs
+(runtime/outer.py): each case runs one copy of the state eagerly and one compiled, changes both
+the same way between calls, and compares results and state (found by the Python-state fuzzer,
+tests/fuzz/state.py). Every case here was silently wrong before."""
+import importlib
+import math
+import sys
+import textwrap
+
+import pytest
+import torch
+
+import dynashape as ds
+from dynashape.tracing.fake import FakeTensor
+
+HELPERS = '''
+import torch
+SCALE = 2.0
+CALLS = 0
+FAST = True
+W = torch.ones(2)
+
+
+def scaled(x):
+    return x * SCALE
+
+
+def counted(x):
+    global CALLS
+    CALLS += 1
+    return x * CALLS
+
+
+def weighted(x):
+    return x * W
+
+
+class Net(torch.nn.Module):
+    def forward(self, x):
+        return x * 2 if FAST else x * 3
+'''
+
+
+@pytest.fixture
+def two(tmp_path, monkeypatch):
+    """Two fresh copies of a helper module (one for eager, one compiled)."""
+    mods = []
+    for i in range(2):
+        name = f"ds_outer_helpers_{i}_{abs(hash(tmp_path))}"
+        (tmp_path / f"{name}.py").write_text(HELPERS)
+        mods.append(name)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    out = [importlib.import_module(m) for m in mods]
+    yield out
+    for m in mods:
+        sys.modules.pop(m, None)
+
+
+def _world(src: str, extra: dict) -> dict:
+    ns = dict(extra, __name__="ds_outer_world", torch=torch, math=math)
+    exec(compile(textwrap.dedent(src), f"<outer-{id(ns)}>", "exec"), ns)
+    return ns
+
+
+def _same(a, b):
+    if isinstance(a, torch.Tensor):
+        assert type(b) is torch.Tensor and not isinstance(b, FakeTensor)
+        torch.testing.assert_close(b, a, equal_nan=True)
+    else:
+        assert type(a) is type(b) and (a == b or a != a and b != b), (a, b)
+
+
+def _run(src, changes, names, helpers=None, dynamic=None, calls=4, grow=False):
+    """`f(x)` of `src` eager and compiled; before call i both run changes[i]; the results and
+    the globals `names` must agree after every call."""
+    eager = _world(src, {"h": helpers[0]} if helpers else {})
+    comp = _world(src, {"h": helpers[1]} if helpers else {})
+    cf = ds.compile(comp["f"], dynamic=dynamic)
+    for i in range(calls):
+        for ns in (eager, comp):
+            if i < len(changes) and changes[i]:
+                exec(changes[i], ns)
+        x = torch.arange(2.0 + grow * i) + i
+        _same(eager["f"](x.clone()), cf(x.clone()))
+        for n in names:
+            _same(eval(n, eager), eval(n, comp))
+    return cf
+
+
+@pytest.mark.parametrize("dynamic", [None, True])
+def test_a_global_the_function_rebinds_is_replayed_and_no_fake_tensor_stays(dynamic):
+    src = '''
+    GT = torch.zeros(2)
+    CNT = 0
+    FLAG = True
+    def f(x):
+        global GT, CNT, FLAG
+        GT = GT * 0.5 + x.mean()
+        CNT += 1
+        FLAG = not FLAG
+        return x * 2 if FLAG else x * 3
+    '''
+    _run(src, [], ["GT", "CNT", "FLAG"], dynamic=dynamic)
+
+
+def test_a_closure_cell_the_function_writes_is_replayed():
+    src = '''
+    def make():
+        c = 3
+        def f(x):
+            nonlocal c
+            c = c + x.shape[0]  # symbolic under dynamic=True
+            return x * c
+        def set_c(v):
+            nonlocal c
+            c = v
+        return f, set_c
+    f, set_c = make()
+    '''
+    for dynamic in (None, True):
+        _run(src, ["", "set_c(10)", "set_c(math.nan)", "set_c(2.5)"], ["f.__closure__[0].cell_contents"],
+             dynamic=dynamic, grow=True)
+
+
+def test_a_helper_s_closure_is_guarded_when_read_and_replayed_when_written():
+    src = '''
+    def make():
+        n = 0
+        s = 2.0
+        def counter():
+            nonlocal n
+            n += 1
+            return n
+        def scale(x):
+            return x * s
+        def set_s(v):
+            nonlocal s
+            s = v
+        return counter, scale, set_s
+    counter, scale, set_s = make()
+    def f(x):
+        return scale(x) * counter()
+    '''
+    _run(src, ["", "", "set_s(5.0)", ""], ["counter()"])
+
+
+def test_another_module_s_globals_are_guarded_when_read_and_replayed_when_written(two):
+    src = '''
+    net = h.Net()
+    def f(x):
+        return h.scaled(x) + h.counted(x) + h.weighted(x) + net(x)
+    '''
+    _run(src, ["", "h.SCALE = 7.0", "h.FAST = False; h.W = torch.full((2,), 5.0)", "h.W.fill_(3.0)"],
+         ["h.CALLS", "h.W"], helpers=two)
+
+
+def test_a_module_attribute_added_after_the_trace_is_seen():
+    src = '''
+    class M(torch.nn.Module):
+        pass
+    m = M()
+    def f(x):
+        m.calls = getattr(m, "calls", 0) + 1
+        return x * m.calls
+    '''
+    for dynamic in (None, True, False):
+        _run(src, [], ["m.calls"], dynamic=dynamic)
+
+
+def test_a_nan_closure_value_in_a_symbolic_expression_compiles():
+    c = math.nan
+
+    def f(x, n):
+        return x * (n + c)
+    cf = ds.compile(f, dynamic=True)
+    for n in (1, 2):
+        torch.testing.assert_close(cf(torch.ones(2), n), f(torch.ones(2), n), equal_nan=True)
+
+
+def test_a_store_of_the_object_already_there_is_redone_after_the_caller_changes_it(two):
+    # `CALLS = 0` where CALLS is 0 leaves no difference to replay: the value is guarded instead
+    src = '''
+    X = 0
+    def f(x):
+        global X
+        X = 0
+        h.CALLS = 0
+        return x + 1
+    '''
+    _run(src, ["", "X = 5; h.CALLS = 7", "", "X = 0.0"], ["X", "h.CALLS"], helpers=two)
