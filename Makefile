@@ -57,6 +57,8 @@ bench: $(STAMP)
 # returns, so they are judged), the others with the eager one; FUZZ_BACKEND=eager|fused forces one.
 # FUZZ_MODE=train: training programs (inputs that require grad; outputs, flags and every .grad
 # compared after backward, under a call phase per program), to fuzz-failures/seed-<seed>-train/.
+# FUZZ_MODE=state: programs over Python state (globals, closures, a list, a dict, attributes, another
+# module's globals) that the caller changes between calls, to fuzz-failures/seed-<seed>-state/.
 # FUZZ_DEVICE=cuda: inputs on the GPU (Triton kernels); FUZZ_DEVICE=interpret: every fused region as a
 # Triton kernel in Triton's interpreter on CPU tensors (no GPU needed; `pip install -e '.[gpu]'`).
 # FUZZ_CUDAGRAPHS=buckets|exact: every program through CUDA graphs (simulated on CPU tensors): padding judged.

@@ -18,9 +18,11 @@ def main(argv=None) -> int:
     ap.add_argument("--reduce-seconds", type=float, default=20.0, help="time limit per reduction")
     ap.add_argument("--exclude", default=os.environ.get("FUZZ_EXCLUDE") or None,
                     help="regex: statements not to generate, to look past known bugs (e.g. '>>|&|chunk')")
-    ap.add_argument("--mode", choices=("infer", "train"), default=os.environ.get("FUZZ_MODE") or "infer",
+    ap.add_argument("--mode", choices=("infer", "train", "state"),
+                    default=os.environ.get("FUZZ_MODE") or "infer",
                     help="train: float inputs that require grad, outputs and every leaf's .grad compared "
-                         "after backward, under a call phase per program")
+                         "after backward, under a call phase per program; state: programs reading and writing "
+                         "globals, a list, a dict, attributes and a module, changed by the caller between calls")
     ap.add_argument("--phase", choices=tuple(PHASES), default=None,
                     help="training: every program under this call phase (default: one picked per program)")
     ap.add_argument("--backend", choices=("eager", "fused"), default=os.environ.get("FUZZ_BACKEND") or None,
@@ -47,11 +49,13 @@ def main(argv=None) -> int:
         ds.config.cudagraphs = args.cudagraphs
     seed = args.seed if args.seed is not None else random.SystemRandom().getrandbits(32)
     seconds = args.minutes * 60
-    out = os.path.join(args.out, f"seed-{seed}" + ("-train" if args.mode == "train" else ""))
+    out = os.path.join(args.out, f"seed-{seed}" + ("" if args.mode == "infer" else "-" + args.mode))
     backends = (args.backend,) if args.backend else MIXED
     split = args.backend or f"{MIXED.count('eager')} eager : {MIXED.count('fused')} fused"
     print(f"fuzz: seed {seed}, {args.minutes:g} min, mode {args.mode}, backend {split}, device {args.device}, "
           f"cudagraphs {args.cudagraphs}, failing programs go to {out}/", flush=True)
+    if args.mode == "state":
+        return _fuzz_state(args, seed, seconds, out, backends)
     rep = fuzz(seed, seconds, out_dir=out, reduce_s=args.reduce_seconds, reserve_s=min(120.0, seconds * 0.1),
                exclude=args.exclude, log=lambda m: print(m, flush=True), mode=args.mode, backends=backends,
                phase=args.phase)
@@ -74,6 +78,17 @@ def main(argv=None) -> int:
             print(f"  fused build failure: {m[:3000]}")
         if counters["failures"]:
             return 1
+    return 1 if rep.failures else 0
+
+
+def _fuzz_state(args, seed, seconds, out, backends) -> int:
+    from .driver import Report
+    from .state import fuzz_state
+    rep = fuzz_state(seed, seconds, Report(seed, mode="state"), out_dir=out, reduce_s=args.reduce_seconds,
+                     backends=backends, log=lambda m: print(m, flush=True))
+    print(rep.summary())
+    print(f"programs {rep.programs}, calls {rep.calls}, failures {rep.failures} ({len(rep.distinct)} distinct), "
+          f"seed {seed}, mode state, duration {rep.seconds:.0f} s")
     return 1 if rep.failures else 0
 
 

@@ -1,0 +1,260 @@
+"""Random programs over Python state, and random changes the caller makes to it between calls.
+
+A program is a module: globals (an int `G`, a float `GF`, a bool `FLAG`, a counter `CNT`, a
+tensor `GT`), a list `L`, a dict `D`, an object `obj` with attributes, an `nn.Module` `m` (a
+parameter, a buffer, a float attribute, the training flag) and a closure cell `c`, then
+`f(x, y, n)` made by `make()`, whose statements read and write all of them: branches on a flag or
+on a dict's keys, loops over the list, appends, attribute and global rebinding, in-place updates
+of state tensors. Between calls the caller changes the state (`Step.change`): a global's value or
+type, a list's length, a dict's keys, an attribute deleted, the module put in eval mode, a state
+tensor's dtype, size 1 or requires_grad. Every change decides something the compiled function
+assumed at trace time: its guards must see it.
+
+    >>> p = generate_state(1)
+    >>> print(p.source())  # doctest: +SKIP
+"""
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass, field
+
+B_SIZES = [1, 2, 3, 5]  # the state tensors' length (the inputs' last dim)
+A_SIZES = [0, 1, 2, 2, 3, 4, 5, 7, 8]  # the inputs' first dim, per call
+
+# expressions reading state, over a tensor `{v}` of shape (A, B)
+READS = [
+    "{v} * G", "{v} + GF", "{v} * c", "{v} + GT", "{v} * obj.k", "{v} + obj.t", "m({v})", "{v} * m.scale",
+    "{v} + m.buf", "{v} * L[-1]", "{v} * len(L)", "{v} + D['a']", "{v} * D.get('z', 0.5)", "{v} * (CNT % 3 + 1)",
+    "{v} * getattr(obj, 'k2', 2)", "{v} + getattr(obj, 'last', GT)", "{v} * GT.shape[0]",
+    "{v} * (G if G > 2 else -G)", "{v} * (n + c)", "{v} + D.get('s', 0.0)", "{v} * float(m.training)",
+    "{v} * len(D)", "{v} + sum(L)", "{v} * (1 if isinstance(obj.k, int) else 2)", "{v}.to(GT.dtype)",
+    "{v} * (3 if GT.requires_grad else 2)", "{v} * m.w.requires_grad", "{v} + L[0] * c",
+    "h.scaled({v})", "h.counted({v})", "box.apply({v})", "{v} * h.SCALE", "helper({v})", "{v} * counter()",
+    "h.weighted({v})", "{v} * (2 if type(n) is int else 3)",
+]
+CONDITIONS = [
+    "FLAG", "obj.on", "'b' in D", "len(L) > 3", "m.training", "c > 4", "isinstance(obj.k, float)", "G > 2",
+    "CNT % 2 == 0", "hasattr(obj, 'last')", "GT.dtype == torch.float64", "n > c", "GT.shape[0] == 1",
+    "type(L[-1]) is int", "D.get('b', 0) > 1", "isinstance(L[-1], torch.Tensor)",
+    "type(n) is int", "type(G) is float", "type(x) is torch.Tensor", "type(m.w) is torch.nn.Parameter",
+    "h.FAST", "type(obj.k) is bool",
+]
+# statements writing state; `{v}` a tensor variable
+WRITES = [
+    "CNT += 1", "FLAG = not FLAG", "c += 1", "G = G + 1", "L.append(n)", "L.append({v}.sum())",
+    "if len(L) > 3:\n    L.pop()", "L[0] = L[0] + 1", "D['s'] = {v}.sum()", "D.pop('s', None)", "D['n'] = n",
+    "D['a'] = D['a'] + 1", "obj.last = {v}.mean(0)", "obj.k = obj.k + 1", "obj.on = not obj.on", "GT.add_(0.5)",
+    "GT = GT * 0.5 + {v}.mean()", "obj.t = obj.t * 0.5 + {v}.mean(0)", "m.scale = m.scale + 1",
+    "m.calls = getattr(m, 'calls', 0) + 1", "m.buf.add_(1)", "x.mul_(2)", "if hasattr(obj, 'last'):\n    del obj.last",
+    "setattr(obj, 'k2', n)", "D['b'] = D.get('b', 0) + 1", "L.extend([n, c])",
+    "h.SCALE = h.SCALE + 1", "h.CALLS = 0", "box.k = box.k * 2",
+]
+# what the caller changes between calls ({i} an int, {f} a float, {num} either, {b} a bool, {seed} a seed)
+_GEN = "generator=torch.Generator().manual_seed({seed})"
+CHANGES = [
+    "G = {i}", "G = {f}", "GF = {f}", "FLAG = {b}", "FLAG = {i}", "set_c({i})", "set_c({f})", "CNT = {i}",
+    "L.append({i})", "L.append({f})", "L.append(torch.tensor({f}))", "del L[1:]", "L.insert(0, {i})", "L[-1] = {num}",
+    "D['a'] = {num}", "D.pop('b', None)", "D['b'] = {num}", "D['z'] = {num}", "D.pop('s', None)",
+    "D['s'] = torch.tensor({f})", "obj.k = {num}", "obj.k = True", "obj.on = {b}",
+    "obj.t = torch.randn(B, " + _GEN + ")", "obj.t = obj.t.double()", "obj.t = obj.t[:1].clone()",
+    "obj.__dict__.pop('last', None)", "obj.k2 = {i}", "m.train()", "m.eval()", "m.scale = {num}",
+    "m.buf.fill_({f})", "m.buf = torch.zeros(B)", "with torch.no_grad():\n    m.w.mul_(2)",
+    "m.w.requires_grad_(False)", "m.w.requires_grad_(True)", "GT = GT.double()",
+    "GT = torch.randn(B, " + _GEN + ")", "GT = GT[:1].clone()", "GT.requires_grad_(True)", "GT = GT.detach()",
+    "GT.fill_({f})", "GT = GT.float()",
+    "h.SCALE = {num}", "h.FAST = {b}", "box.k = {num}", "h.CALLS = {i}", "h.W = torch.randn(B, " + _GEN + ")",
+    "h.W.mul_(2)", "reset({i})",
+]
+INTS = [-1, 0, 1, 2, 3, 5, 7]
+FLOATS = [-0.0, 0.5, 1.5, 2.0, -3.0, math.inf, math.nan]
+
+
+def lit(v) -> str:
+    """Python source for a constant (nan and inf have no literal)."""
+    if isinstance(v, float) and not math.isfinite(v):
+        return f"float({str(v)!r})"
+    return repr(v)
+
+
+@dataclass
+class Step:
+    """One call: the change the caller makes first (source run in the module, or ""), then f(x, y, n)."""
+    change: str
+    a: int  # the inputs' first dim
+    n: int
+    seed: int  # the inputs' data
+
+
+@dataclass
+class StateProgram:
+    seed: int  # the state tensors' data
+    b: int
+    start: dict  # initial values of G, GF, FLAG, c, L, D, obj.k, obj.on, m.scale
+    body: list  # statements, each a list of lines
+    ret: list  # expressions returned
+    steps: list = field(default_factory=list)
+
+    def source(self) -> str:
+        s = self.start
+        head = f"""import math
+import types
+
+import torch
+import torch.nn.functional as F
+
+_g = torch.Generator().manual_seed({self.seed})
+B = {self.b}
+G = {lit(s['G'])}
+GF = {lit(s['GF'])}
+FLAG = {lit(s['FLAG'])}
+CNT = 0
+L = [{', '.join(map(lit, s['L']))}]
+D = {{{', '.join(f'{k!r}: {lit(v)}' for k, v in s['D'].items())}}}
+GT = torch.randn(B, generator=_g)
+
+
+class Obj:
+    pass
+
+
+obj = Obj()
+obj.k = {lit(s['k'])}
+obj.on = {lit(s['on'])}
+obj.t = torch.randn(B, generator=_g)
+
+
+class M(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.scale = {lit(s['scale'])}
+        self.w = torch.nn.Parameter(torch.randn(B, generator=_g))
+        self.register_buffer("buf", torch.randn(B, generator=_g))
+
+    def forward(self, v):
+        return v * self.w + self.buf * self.scale
+
+
+m = M()
+
+# another module: its globals are read and written by its functions
+h = types.ModuleType("ds_state_helpers")
+exec('''
+import torch
+SCALE = 2.0
+CALLS = 0
+FAST = True
+W = torch.ones({self.b})
+
+
+def scaled(v):
+    return v * SCALE
+
+
+def counted(v):
+    global CALLS
+    CALLS += 1
+    return v * CALLS
+
+
+def weighted(v):
+    return v * W if FAST else v - W
+
+
+class Box:
+    def __init__(self):
+        self.k = 2
+
+    def apply(self, v):
+        return v * self.k + SCALE
+''', h.__dict__)
+box = h.Box()
+
+
+def helper(v):
+    return v * GF + G
+
+
+def counting():
+    n = 0
+
+    def counter():
+        nonlocal n
+        n += 1
+        return n
+
+    def reset(v):
+        nonlocal n
+        n = v
+    return counter, reset
+
+
+counter, reset = counting()
+
+
+def make():
+    c = {lit(s['c'])}
+
+    def f(x, y, n):
+        global G, GF, FLAG, CNT, GT
+        nonlocal c
+"""
+        body = "".join(" " * 8 + ln + "\n" for st in self.body for ln in st)
+        tail = f"""        return ({', '.join(self.ret)}{',' if len(self.ret) == 1 else ''})
+
+    def set_c(v):
+        nonlocal c
+        c = v
+
+    return f, set_c
+
+
+f, set_c = make()
+"""
+        return head + body + tail
+
+
+def _fill(rng: random.Random, template: str) -> str:
+    num = rng.choice([lit(rng.choice(INTS)), lit(rng.choice(FLOATS))])
+    return template.format(i=rng.choice(INTS), f=lit(rng.choice(FLOATS)), num=num, b=rng.random() < 0.5,
+                           seed=rng.randrange(1000))
+
+
+def _statement(rng: random.Random, names: list, k: int) -> tuple:
+    """(lines, new tensor name or None)."""
+    v = rng.choice(names)
+    out = f"t{k}"
+    r = rng.random()
+    if r < 0.45:
+        return [f"{out} = " + rng.choice(READS).format(v=v)], out
+    if r < 0.65:
+        cond = rng.choice(CONDITIONS)
+        a, b = rng.sample(READS, 2)
+        return [f"if {cond}:", f"    {out} = " + a.format(v=v), "else:", f"    {out} = " + b.format(v=v)], out
+    if r < 0.72:
+        return [f"{out} = {v}", "for e in L:", f"    {out} = {out} + e"], out
+    if r < 0.76:
+        return [f"{out} = {v}", "for key, val in D.items():", f"    {out} = {out} + val"], out
+    return rng.choice(WRITES).format(v=v).split("\n"), None
+
+
+def generate_state(seed: int, n_steps: int | None = None) -> StateProgram:
+    rng = random.Random(seed)
+    start = {"G": rng.choice([1, 2, 3, 4]), "GF": rng.choice([0.5, 1.5, -2.0]), "FLAG": rng.random() < 0.5,
+             "c": rng.choice([1, 3, 5]), "L": [rng.choice(INTS) for _ in range(rng.randint(1, 4))],
+             "D": {"a": rng.choice([1.0, 2, -0.5]), "b": rng.choice([1, 2.5])}, "k": rng.choice([2, 0.5, 3]),
+             "on": rng.random() < 0.5, "scale": rng.choice([1.5, 2, -1.0])}
+    names, body = ["x", "y"], []
+    for k in range(rng.randint(3, 10)):
+        lines, out = _statement(rng, names, k)
+        body.append(lines)
+        if out:
+            names.append(out)
+    tensors = [nm for nm in names if nm != "x" and nm != "y"] or ["x"]
+    ret = rng.sample(tensors, min(len(tensors), rng.randint(1, 2)))
+    ret += rng.sample(["len(L)", "CNT", "c", "G", "D.get('s')", "obj.k"], rng.randint(0, 2))
+    prog = StateProgram(rng.randrange(10 ** 6), rng.choice(B_SIZES), start, body, ret)
+    for i in range(n_steps or rng.randint(8, 16)):
+        change = _fill(rng, rng.choice(CHANGES)) if i and rng.random() < 0.5 else ""
+        prog.steps.append(Step(change, rng.choice(A_SIZES), rng.choice(INTS), rng.randrange(10 ** 6)))
+    return prog

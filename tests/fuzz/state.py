@@ -1,0 +1,237 @@
+"""Running a Python-state program (gen_state.py) compiled and eager, side by side, and comparing state.
+
+Each dynamic mode gets two fresh copies of the program's module, one whose `f` runs eagerly and
+one whose `f` is compiled; each step makes the same change in both, calls both, and compares the
+results, the inputs after the call and every piece of the modules' state (globals, the list, the
+dict, the object's and the module's attributes, parameters and buffers, the closure cell), values,
+types and requires_grad. Failure classes are run.py's (wrong / crash / noraise / exc-type / leak /
+hang). After a call that raised in both, the step ends the run: where an exception leaves half-done
+state is not compared.
+
+    python -m tests.fuzz --mode state --minutes 5
+"""
+from __future__ import annotations
+
+import copy
+import linecache
+import os
+import random
+import time
+import warnings
+
+import torch
+
+import dynashape as ds
+
+from .gen_state import StateProgram, generate_state
+from .oracle import difference, find_leak
+from .run import MODES, Failure, backend_config, limited
+
+STATE = ("G", "GF", "FLAG", "CNT", "GT", "L", "D")
+_counter = [0]
+
+
+def load_world(prog: StateProgram) -> dict:
+    """A fresh module of the program (its own code objects, its source in linecache)."""
+    _counter[0] += 1
+    src = prog.source()
+    filename = f"<state-{_counter[0]}>"
+    linecache.cache[filename] = (len(src), None, src.splitlines(True), filename)
+    ns: dict = {"__name__": f"state_{_counter[0]}"}
+    exec(compile(src, filename, "exec"), ns)
+    return ns
+
+
+def snapshot(ns: dict) -> dict:
+    """The module's state, as values `difference` compares (a tensor's requires_grad included)."""
+    def val(v):
+        if isinstance(v, torch.Tensor):
+            return (v.detach().clone(), v.requires_grad)
+        if isinstance(v, list):
+            return [val(e) for e in v]
+        if isinstance(v, dict):
+            return {k: val(e) for k, e in v.items()}
+        return v
+    m, obj = ns["m"], ns["obj"]
+    out = {k: val(ns[k]) for k in STATE}
+    out["obj"] = {k: val(v) for k, v in vars(obj).items()}
+    out["m"] = {k: val(v) for k, v in vars(m).items() if not k.startswith("_")}
+    out["m.params"] = {k: val(v) for k, v in m.named_parameters()}
+    out["m.buffers"] = {k: val(v) for k, v in m.named_buffers()}
+    out["c"] = val(ns["f"].__closure__[_cell(ns["f"], "c")].cell_contents)
+    out["h"] = {k: val(getattr(ns["h"], k)) for k in ("SCALE", "CALLS", "FAST", "W")}
+    out["box"] = {k: val(v) for k, v in vars(ns["box"]).items()}
+    out["counter"] = val(ns["counter"].__closure__[0].cell_contents)
+    return out
+
+
+def _cell(fn, name: str) -> int:
+    return fn.__code__.co_freevars.index(name)
+
+
+def inputs(prog: StateProgram, step) -> list:
+    g = torch.Generator().manual_seed(step.seed)
+    return [torch.randn(step.a, prog.b, generator=g), torch.randn(step.a, prog.b, generator=g), step.n]
+
+
+def _run(fn, args):
+    try:
+        return fn(*args), None
+    except Exception as e:  # noqa: BLE001 - an exception is a result to compare
+        return None, e
+
+
+def _change(ns: dict, src: str) -> None:
+    if src:
+        try:
+            exec(src, ns)
+        except Exception:  # noqa: BLE001 - the same change fails the same way on both copies
+            pass
+
+
+def check_mode(prog: StateProgram, mode, steps=None) -> Failure | None:
+    """The first failure of the compiled copy against the eager copy under `dynamic=mode`."""
+    eager, comp = load_world(prog), load_world(prog)
+    cf = ds.compile(comp["f"], dynamic=mode)
+    for i, step in enumerate(prog.steps if steps is None else steps):
+        _change(eager, step.change)
+        _change(comp, step.change)
+        wargs, gargs = inputs(prog, step), inputs(prog, step)
+        want, werr = _run(eager["f"], wargs)
+        got, gerr = _run(cf, gargs)
+        if gerr is not None and werr is None:
+            return Failure("crash", mode, i, f"{type(gerr).__name__}: {gerr}", type(gerr).__name__)
+        if gerr is None and werr is not None:
+            return Failure("noraise", mode, i, f"eager raised {type(werr).__name__}: {werr}", type(werr).__name__)
+        if gerr is not None:
+            if type(gerr) is not type(werr):
+                return Failure("exc-type", mode, i, f"{type(gerr).__name__}: {gerr} (eager: {type(werr).__name__}: "
+                               f"{werr})", f"{type(werr).__name__}->{type(gerr).__name__}")
+            return None
+        state = snapshot(comp)
+        leak = find_leak(got) or find_leak(state, "state")
+        if leak:
+            return Failure("leak", mode, i, leak)
+        d = (difference(want, got) or difference(wargs, gargs, "inputs")
+             or difference(snapshot(eager), state, "state"))
+        if d:
+            return Failure("wrong", mode, i, d)
+    return None
+
+
+def check_state_program(prog: StateProgram, modes=MODES, stats=None, backend: str | None = None) -> list:
+    with warnings.catch_warnings(), ds.config.patch(pgo=False, **backend_config(backend)):
+        warnings.simplefilter("ignore")
+        failures = []
+        for mode in modes:
+            f = limited(lambda: check_mode(prog, mode), mode, len(prog.steps) - 1)
+            if stats is not None:
+                stats["calls"] += len(prog.steps) if f is None else f.call + 1
+            if f is not None:
+                f.program, f.calls, f.backend = prog, prog.steps, ds.config.backend
+                failures.append(f)
+        return failures
+
+
+# ------------------------------------------------------------------ reducing and writing out
+def reduce_state(f: Failure, budget_s: float = 20.0) -> Failure:
+    """Drop steps after the failing one, then statements, returns, changes and earlier steps, each
+    kept dropped only if the program still fails the same way."""
+    deadline = time.monotonic() + budget_s
+    prog = copy.deepcopy(f.program)
+    prog.steps = prog.steps[: f.call + 1]
+    best = f
+
+    def fails(p) -> Failure | None:
+        if time.monotonic() > deadline:
+            return None
+        try:
+            compile(p.source(), "<reduced>", "exec")
+        except SyntaxError:
+            return None
+        for g in check_state_program(p, modes=(f.mode,), backend=f.backend or None):
+            if g.signature() == f.signature():
+                return g
+        return None
+
+    for field_, keep_one in (("steps", True), ("body", False), ("ret", True), ("steps", True)):
+        i = 0
+        while i < len(getattr(prog, field_)):
+            items = getattr(prog, field_)
+            if keep_one and len(items) == 1:
+                break
+            trial = copy.deepcopy(prog)
+            del getattr(trial, field_)[i]
+            g = fails(trial)
+            if g is not None:
+                prog, best = trial, g
+            else:
+                i += 1
+    for i, st in enumerate(prog.steps):  # a change that does not matter
+        if st.change:
+            trial = copy.deepcopy(prog)
+            trial.steps[i].change = ""
+            g = fails(trial)
+            if g is not None:
+                prog, best = trial, g
+    best.program, best.calls = prog, prog.steps
+    return best
+
+
+def script(f: Failure) -> str:
+    """A standalone reproduction (run from the project root): exits 1 while the failure is there."""
+    p = f.program
+    steps = ",\n    ".join(f"Step({s.change!r}, {s.a}, {s.n}, {s.seed})" for s in p.steps)
+    return f'''"""dynashape Python-state fuzz failure: {f.headline()}"""
+import sys
+
+import dynashape as ds
+from tests.fuzz.gen_state import StateProgram, Step
+from tests.fuzz.state import check_state_program
+
+PROGRAM = StateProgram({p.seed}, {p.b}, {p.start!r}, {p.body!r}, {p.ret!r}, [
+    {steps},
+])
+
+if __name__ == "__main__":
+    print(PROGRAM.source())
+    fails = check_state_program(PROGRAM, modes=({f.mode!r},), backend={(f.backend or None)!r})
+    for g in fails:
+        print("BUG:", g.headline())
+    if not fails:
+        print("OK: the compiled copy matches the eager copy")
+    sys.exit(1 if fails else 0)
+'''
+
+
+def fuzz_state(seed: int, seconds: float, report, *, out_dir=None, reduce_s=20.0, backends=("eager",), log=print):
+    """Random state programs for `seconds`; fills `report` (driver.Report)."""
+    from .driver import key_of
+    rng = random.Random(seed)
+    stats = {"calls": 0}
+    keys: dict = {}
+    start = time.monotonic()
+    if out_dir:
+        os.makedirs(out_dir, exist_ok=True)
+    while time.monotonic() - start < seconds:
+        prog = generate_state(rng.getrandbits(48))
+        backend = backends[report.programs % len(backends)]
+        report.backends[backend] = report.backends.get(backend, 0) + 1
+        report.programs += 1
+        for f in check_state_program(prog, stats=stats, backend=backend):
+            report.failures += 1
+            k = key_of(f)
+            keys[k] = keys.get(k, 0) + 1
+            if keys[k] > 1 or time.monotonic() - start > seconds:
+                continue
+            r = reduce_state(f, reduce_s)
+            report.distinct[(k, len(report.distinct))] = [r, 1]
+            log(f"reduced: {r.headline()}")
+            if out_dir:
+                with open(os.path.join(out_dir, f"{len(report.distinct):03d}-{r.kind}.py"), "w") as fh:
+                    fh.write(script(r))
+    for (k, _), entry in report.distinct.items():
+        entry[1] = keys[k]
+    report.calls = stats["calls"]
+    report.seconds = report.fuzz_seconds = time.monotonic() - start
+    return report
