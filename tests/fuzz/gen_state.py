@@ -31,14 +31,15 @@ READS = [
     "{v} * len(D)", "{v} + sum(L)", "{v} * (1 if isinstance(obj.k, int) else 2)", "{v}.to(GT.dtype)",
     "{v} * (3 if GT.requires_grad else 2)", "{v} * m.w.requires_grad", "{v} + L[0] * c",
     "h.scaled({v})", "h.counted({v})", "box.apply({v})", "{v} * h.SCALE", "helper({v})", "{v} * counter()",
-    "h.weighted({v})", "{v} * (2 if type(n) is int else 3)",
+    "h.weighted({v})", "{v} * (2 if type(n) is int else 3)", "{v} * s.scale", "{v} + len(acc)",
+    "{v} * (acc[-1] if acc else 1)", "{v} + s.t",
 ]
 CONDITIONS = [
     "FLAG", "obj.on", "'b' in D", "len(L) > 3", "m.training", "c > 4", "isinstance(obj.k, float)", "G > 2",
     "CNT % 2 == 0", "hasattr(obj, 'last')", "GT.dtype == torch.float64", "n > c", "GT.shape[0] == 1",
     "type(L[-1]) is int", "D.get('b', 0) > 1", "isinstance(L[-1], torch.Tensor)",
     "type(n) is int", "type(G) is float", "type(x) is torch.Tensor", "type(m.w) is torch.nn.Parameter",
-    "h.FAST", "type(obj.k) is bool",
+    "h.FAST", "type(obj.k) is bool", "s.on", "len(acc) > 2", "s.scale > 1",
 ]
 # statements writing state; `{v}` a tensor variable
 WRITES = [
@@ -48,7 +49,9 @@ WRITES = [
     "GT = GT * 0.5 + {v}.mean()", "obj.t = obj.t * 0.5 + {v}.mean(0)", "m.scale = m.scale + 1",
     "m.calls = getattr(m, 'calls', 0) + 1", "m.buf.add_(1)", "x.mul_(2)", "if hasattr(obj, 'last'):\n    del obj.last",
     "setattr(obj, 'k2', n)", "D['b'] = D.get('b', 0) + 1", "L.extend([n, c])",
-    "h.SCALE = h.SCALE + 1", "h.CALLS = 0", "box.k = box.k * 2",
+    "h.SCALE = h.SCALE + 1", "h.CALLS = 0", "box.k = box.k * 2", "s.count = s.count + 1",
+    "acc.append({v}.sum())", "acc.append(n)", "s.t = s.t * 0.5 + {v}.mean(0)", "s.on = not s.on",
+    "if len(acc) > 3:\n    acc.pop(0)",
 ]
 # what the caller changes between calls ({i} an int, {f} a float, {num} either, {b} a bool, {seed} a seed)
 _GEN = "generator=torch.Generator().manual_seed({seed})"
@@ -64,7 +67,8 @@ CHANGES = [
     "GT = torch.randn(B, " + _GEN + ")", "GT = GT[:1].clone()", "GT.requires_grad_(True)", "GT = GT.detach()",
     "GT.fill_({f})", "GT = GT.float()",
     "h.SCALE = {num}", "h.FAST = {b}", "box.k = {num}", "h.CALLS = {i}", "h.W = torch.randn(B, " + _GEN + ")",
-    "h.W.mul_(2)", "reset({i})",
+    "h.W.mul_(2)", "reset({i})", "cfg.scale = {num}", "cfg.on = {b}", "acc.clear()", "acc.append({num})",
+    "cfg.t = torch.randn(B, " + _GEN + ")", "cfg.count = {i}",
 ]
 INTS = [-1, 0, 1, 2, 3, 5, 7]
 FLOATS = [-0.0, 0.5, 1.5, 2.0, -3.0, math.inf, math.nan]
@@ -169,6 +173,12 @@ class Box:
         return v * self.k + SCALE
 ''', h.__dict__)
 box = h.Box()
+cfg = Obj()  # passed as f's argument s, with the list acc
+cfg.scale = {lit(s['scale'])}
+cfg.on = {lit(s['on'])}
+cfg.count = 0
+cfg.t = torch.randn(B, generator=_g)
+acc = []
 
 
 def helper(v):
@@ -195,7 +205,7 @@ counter, reset = counting()
 def make():
     c = {lit(s['c'])}
 
-    def f(x, y, n):
+    def f(x, y, n, s, acc):
         global G, GF, FLAG, CNT, GT
         nonlocal c
 """

@@ -62,6 +62,8 @@ def snapshot(ns: dict) -> dict:
     out["h"] = {k: val(getattr(ns["h"], k)) for k in ("SCALE", "CALLS", "FAST", "W")}
     out["box"] = {k: val(v) for k, v in vars(ns["box"]).items()}
     out["counter"] = val(ns["counter"].__closure__[0].cell_contents)
+    out["cfg"] = {k: val(v) for k, v in vars(ns["cfg"]).items()}
+    out["acc"] = val(ns["acc"])
     return out
 
 
@@ -96,7 +98,8 @@ def check_mode(prog: StateProgram, mode, steps=None) -> Failure | None:
     for i, step in enumerate(prog.steps if steps is None else steps):
         _change(eager, step.change)
         _change(comp, step.change)
-        wargs, gargs = inputs(prog, step), inputs(prog, step)
+        wargs = inputs(prog, step) + [eager["cfg"], eager["acc"]]  # s and acc: the same objects every call
+        gargs = inputs(prog, step) + [comp["cfg"], comp["acc"]]
         want, werr = _run(eager["f"], wargs)
         got, gerr = _run(cf, gargs)
         if gerr is not None and werr is None:
@@ -112,7 +115,7 @@ def check_mode(prog: StateProgram, mode, steps=None) -> Failure | None:
         leak = find_leak(got) or find_leak(state, "state")
         if leak:
             return Failure("leak", mode, i, leak)
-        d = (difference(want, got) or difference(wargs, gargs, "inputs")
+        d = (difference(want, got) or difference(wargs[:3], gargs[:3], "inputs")
              or difference(snapshot(eager), state, "state"))
         if d:
             return Failure("wrong", mode, i, d)
