@@ -32,7 +32,7 @@ import torch
 from ..symbolic.sources import (AttrSource, CellSource, ClosureSource, GlobalSource, LocalSource, ModuleGlobalSource,
                                 NamespaceSource)
 from ..tracing.inputs import ValueInput
-from ..tracing.pyenv import user_type
+from ..tracing.pyenv import user_globals, user_type
 from .code_info import _attr_chains, _global_names
 
 _MISSING = object()
@@ -52,7 +52,8 @@ class Outer:
         self._spaces: dict = {}  # id(globals dict) -> NamespaceSource, or None: a library's (not walked)
         self._codes: set = set()  # code objects met while tracing
         self._chained: set = set()  # (id(globals dict), name, attributes) walked
-        self._injected: list = []  # globals dicts given `type` for the trace's duration
+        self._injected: list = []  # (globals dict, name) given a builtin of ours for the trace's duration
+        self._user_modules = None  # the user's modules' dicts (sys.modules), listed when first needed
         self._seen: list = []
 
     # ------------------------------------------------------------ before the trace
@@ -170,9 +171,9 @@ class Outer:
             yield
         finally:
             sys.settrace(prev)
-            for g in self._injected:
-                if g.get("type") is user_type:
-                    del g["type"]
+            for g, name in self._injected:
+                if g.get(name) is _INJECT[name]:
+                    del g[name]
             self._injected.clear()
 
     def met(self, g: dict, code) -> None:
@@ -188,10 +189,11 @@ class Outer:
         read = _global_names(code)
         new = [n for n in read if n not in names]
         names.update(new)
-        if "type" in read and "type" not in g:  # `type(n) is int` answered as at run time (pyenv.user_type)
-            g["type"] = user_type
-            self.state.ignored.add((id(g), "type"))
-            self._injected.append(g)
+        for name, value in _INJECT.items():  # builtins answered as at run time, or refused (pyenv)
+            if name in read and name not in g:
+                g[name] = value
+                self.state.ignored.add((id(g), name))
+                self._injected.append((g, name))
         before = len(self.modules)
         source = GlobalSource if g is self.globals else functools.partial(ModuleGlobalSource, space)
         for n in new:
@@ -199,8 +201,34 @@ class Outer:
             if v is not _MISSING:
                 self.read(v, source(n))
         self._chains(_attr_chains(code), g, source)
+        self._module_attributes(code, g)
         for src, m in self.modules[before:]:  # met while tracing: its state walked now
             self.state.module(m, src)
+
+    def _module_attributes(self, code, g: dict) -> None:
+        """`config.SCALE` where `config` is not a global of the code (imported inside the function,
+        `sys.modules[...]`): the user's modules' globals named like an attribute the code reads are
+        walked as if read (a name read from another object guards a global it did not need)."""
+        attrs = _attr_names(code)
+        if not attrs:
+            return
+        if self._user_modules is None:
+            self._user_modules = [vars(m) for m in list(sys.modules.values()) if _user_module(m)]
+        for d in self._user_modules:
+            if d is g or d is self.globals:
+                continue
+            hit = [a for a in attrs if a in d]
+            if not hit:
+                continue
+            space = self._space(d)
+            names = self._names.get(id(d))
+            if names is None:
+                names = self._names[id(d)] = set()
+                self.state.container("dict", d, space)
+            for a in hit:
+                if a not in names:
+                    names.add(a)
+                    self.read(d[a], ModuleGlobalSource(space, a))
 
 
 _INSTALLED = tuple({p for k, p in sysconfig.get_paths().items() if k in ("stdlib", "platstdlib", "purelib", "platlib")})
@@ -216,6 +244,30 @@ def _library_globals(g: dict) -> bool:
         return True
     f = g.get("__file__")
     return isinstance(f, str) and (f.startswith(_INSTALLED) or "site-packages" in f or "dist-packages" in f)
+
+
+_INJECT = {"type": user_type, "globals": user_globals}
+_USER: dict = {}  # id(module) -> (module, whether it is the user's)
+
+
+def _user_module(m) -> bool:
+    hit = _USER.get(id(m))
+    if hit is None or hit[0] is not m:
+        hit = _USER[id(m)] = (m, isinstance(m, types.ModuleType) and not _library_globals(vars(m)))
+    return hit[1]
+
+
+@functools.lru_cache(maxsize=4096)
+def _attr_names(code) -> frozenset:
+    """Attribute names the code (and code nested in it) reads."""
+    names, todo = set(), [code]
+    while todo:
+        c = todo.pop()
+        for ins in dis.get_instructions(c):
+            if ins.opname in ("LOAD_ATTR", "LOAD_METHOD"):
+                names.add(ins.argval)
+        todo += [k for k in c.co_consts if isinstance(k, types.CodeType)]
+    return frozenset(names)
 
 
 @functools.lru_cache(maxsize=4096)

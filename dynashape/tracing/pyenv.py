@@ -122,6 +122,13 @@ class user_type(metaclass=_TypeMeta):
     other branch). `isinstance(c, type)` and `type(name, bases, ns)` behave as the builtin's."""
 
 
+def user_globals():
+    """`globals()` as the user's code sees it while a trace runs: what is read through the dict
+    (`globals()["SCALE"]`) bypasses the guards on the names the code loads, so the call runs eagerly."""
+    raise GraphBreak("globals() inside a compiled function (what is read through the dict is not guarded)",
+                     user_location(), "What to do: read the global by its name, or pass the value as an argument.")
+
+
 def _compiling(orig):
     def is_compiling() -> bool:
         return threading.get_ident() in _threads or orig()

@@ -188,3 +188,29 @@ def test_a_store_of_the_object_already_there_is_redone_after_the_caller_changes_
         return x + 1
     '''
     _run(src, ["", "X = 5; h.CALLS = 7", "", "X = 0.0"], ["X", "h.CALLS"], helpers=two)
+
+
+def test_a_module_imported_inside_the_function_has_its_globals_guarded(two):
+    src = '''
+    import sys
+    def f(x):
+        mod = sys.modules[MOD]  # not a global of f: found by the attribute names f reads
+        return x * mod.SCALE
+    '''
+    eager = _world(src, {"MOD": two[0].__name__})
+    comp = _world(src, {"MOD": two[1].__name__})
+    cf = ds.compile(comp["f"])
+    for scale in (None, 7.0, -1.0):
+        if scale is not None:
+            two[0].SCALE = two[1].SCALE = scale
+        _same(eager["f"](torch.ones(2)), cf(torch.ones(2)))
+
+
+def test_globals_called_inside_the_function_runs_it_eagerly_and_says_why():
+    src = '''
+    SCALE = 2.0
+    def f(x):
+        return x * globals()["SCALE"]
+    '''
+    cf = _run(src, ["", "SCALE = 3.0"], ["SCALE"], calls=3)
+    assert any("globals()" in r for r in cf.stats.graph_breaks), cf.stats.graph_breaks
