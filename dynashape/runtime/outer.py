@@ -257,28 +257,22 @@ def _user_module(m) -> bool:
     return hit[1]
 
 
-@functools.lru_cache(maxsize=4096)
 def _attr_names(code) -> frozenset:
     """Attribute names the code (and code nested in it) reads."""
-    names, todo = set(), [code]
-    while todo:
-        c = todo.pop()
-        for ins in dis.get_instructions(c):
-            if ins.opname in ("LOAD_ATTR", "LOAD_METHOD"):
-                names.add(ins.argval)
-        todo += [k for k in c.co_consts if isinstance(k, types.CodeType)]
-    return frozenset(names)
+    return _names(code, ("LOAD_ATTR", "LOAD_METHOD"))
 
 
-@functools.lru_cache(maxsize=4096)
 def _stored_names(code) -> frozenset:
     """Names the code (and code nested in it) stores or deletes as a global or an attribute."""
+    return _names(code, ("STORE_GLOBAL", "DELETE_GLOBAL", "STORE_ATTR", "DELETE_ATTR"))
+
+
+@functools.lru_cache(maxsize=8192)
+def _names(code, opnames: tuple) -> frozenset:
     names, todo = set(), [code]
     while todo:
         c = todo.pop()
-        for ins in dis.get_instructions(c):
-            if ins.opname in ("STORE_GLOBAL", "DELETE_GLOBAL", "STORE_ATTR", "DELETE_ATTR"):
-                names.add(ins.argval)
+        names.update(ins.argval for ins in dis.get_instructions(c) if ins.opname in opnames)
         todo += [k for k in c.co_consts if isinstance(k, types.CodeType)]
     return frozenset(names)
 
