@@ -112,7 +112,12 @@ class Outer:
                 if space is not None and id(vars(v)) not in self._names:
                     self._names[id(vars(v))] = set()
                     state.container("dict", vars(v), space)
-        elif isinstance(v, functools.partial) or callable(v) and not is_object(v):
+        elif isinstance(v, functools.partial):  # the same partial, and what it holds now (its keywords
+            tracer.value_inputs.append(_ident(src, v))  # dict can be changed in place)
+            self.read(v.func, AttrSource(src, "func"))
+            state.root(v.args, AttrSource(src, "args"))
+            state.root(v.keywords, AttrSource(src, "keywords"))
+        elif callable(v) and not is_object(v):
             tracer.value_inputs.append(_ident(src, v))
         else:  # constants, containers, config objects: walked, guarded, changes replayed
             state.root(v, src)

@@ -263,7 +263,7 @@ class PyState:
         """A helper function the trace may call (a global; its identity is guarded by the caller):
         what its closure cells hold is guarded, and a store to them (`nonlocal n; n += 1`) is
         replayed at run time like an attribute write."""
-        if not getattr(fn, "__closure__", None) or id(fn) in self._seen:
+        if not (fn.__closure__ or fn.__defaults__ or fn.__kwdefaults__) or id(fn) in self._seen:
             return
         self._seen[id(fn)] = src
         self._keep.append(fn)
@@ -272,6 +272,11 @@ class PyState:
         self._walk_cells(fn, src, var, 0)
 
     def _walk_cells(self, fn, src, var, depth, int_policy=False) -> None:
+        """Its closure cells (containers: stores replayed), and its default values (`f.__defaults__ =
+        (3,)` between calls changes what a call that omits the argument gets: guarded)."""
+        for attr in ("__defaults__", "__kwdefaults__"):
+            if getattr(fn, attr) is not None:
+                self._child(getattr(fn, attr), AttrSource(src, attr), f"{var}.{attr}", depth)
         for i, cell in enumerate(fn.__closure__ or ()):
             cell_src = ItemSource(AttrSource(src, "__closure__"), i)
             self.container("cell", cell, cell_src)

@@ -32,7 +32,7 @@ READS = [
     "{v} * (3 if GT.requires_grad else 2)", "{v} * m.w.requires_grad", "{v} + L[0] * c",
     "h.scaled({v})", "h.counted({v})", "box.apply({v})", "{v} * h.SCALE", "helper({v})", "{v} * counter()",
     "h.weighted({v})", "{v} * (2 if type(n) is int else 3)", "{v} * s.scale", "{v} + len(acc)",
-    "{v} * (acc[-1] if acc else 1)", "{v} + s.t",
+    "{v} * (acc[-1] if acc else 1)", "{v} + s.t", "scaled_by({v})", "part({v})",
 ]
 CONDITIONS = [
     "FLAG", "obj.on", "'b' in D", "len(L) > 3", "m.training", "c > 4", "isinstance(obj.k, float)", "G > 2",
@@ -68,7 +68,8 @@ CHANGES = [
     "GT.fill_({f})", "GT = GT.float()",
     "h.SCALE = {num}", "h.FAST = {b}", "box.k = {num}", "h.CALLS = {i}", "h.W = torch.randn(B, " + _GEN + ")",
     "h.W.mul_(2)", "reset({i})", "cfg.scale = {num}", "cfg.on = {b}", "acc.clear()", "acc.append({num})",
-    "cfg.t = torch.randn(B, " + _GEN + ")", "cfg.count = {i}",
+    "cfg.t = torch.randn(B, " + _GEN + ")", "cfg.count = {i}", "scaled_by.__defaults__ = ({num},)",
+    "part.keywords['k'] = {num}",
 ]
 INTS = [-1, 0, 1, 2, 3, 5, 7]
 FLOATS = [-0.0, 0.5, 1.5, 2.0, -3.0, math.inf, math.nan]
@@ -101,7 +102,8 @@ class StateProgram:
 
     def source(self) -> str:
         s = self.start
-        head = f"""import math
+        head = f"""import functools
+import math
 import types
 
 import torch
@@ -183,6 +185,13 @@ acc = []
 
 def helper(v):
     return v * GF + G
+
+
+def scaled_by(v, k=2.0):
+    return v * k
+
+
+part = functools.partial(scaled_by, k=3.0)
 
 
 def counting():

@@ -64,6 +64,7 @@ def snapshot(ns: dict) -> dict:
     out["counter"] = val(ns["counter"].__closure__[0].cell_contents)
     out["cfg"] = {k: val(v) for k, v in vars(ns["cfg"]).items()}
     out["acc"] = val(ns["acc"])
+    out["defaults"] = (ns["scaled_by"].__defaults__, dict(ns["part"].keywords))
     return out
 
 

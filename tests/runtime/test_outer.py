@@ -214,3 +214,16 @@ def test_globals_called_inside_the_function_runs_it_eagerly_and_says_why():
     '''
     cf = _run(src, ["", "SCALE = 3.0"], ["SCALE"], calls=3)
     assert any("globals()" in r for r in cf.stats.graph_breaks), cf.stats.graph_breaks
+
+
+def test_a_helper_s_default_values_and_a_partial_s_keywords_are_guarded():
+    src = '''
+    import functools
+    def helper(x, k=2.0, *, j=1.0):
+        return x * k + j
+    part = functools.partial(helper, k=3.0)
+    def f(x):
+        return helper(x) + part(x)
+    '''
+    _run(src, ["", "helper.__defaults__ = (7.0,)", "part.keywords['k'] = 11.0", "helper.__kwdefaults__['j'] = -1.0"],
+         [], calls=5)
