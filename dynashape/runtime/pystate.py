@@ -19,16 +19,20 @@ arguments, the modules, the globals it names), giving every object a source
 """
 from __future__ import annotations
 
+import collections
+import copy
 import enum
 import functools
 import types
+import warnings
 import weakref
 
 import torch
 from torch.nn.modules import module as nn_module
 
 from ..guards import module_epoch, native
-from ..symbolic.sources import AttrSource, ItemSource, NamespaceSource, Source
+from ..symbolic.sources import AttrSource, GlobalSource, ItemSource, ModuleGlobalSource, NamespaceSource, Source
+from ..tracing.errors import GraphBreak
 from ..tracing.outputs import Template, build, builder
 from .annotations import ANY as _MARKED_ANY
 from .pystate_why import _module_attributes_text, _why_attrs, _why_dicts, _why_keys, _why_modules, _why_replaced
@@ -99,6 +103,8 @@ class PyState:
         self.frame_state = None  # automatic dynamic for closed-over ints (runtime.policy.FrameState)
         self.ignored: set = set()  # (id(dict), key): put there for the trace only (runtime/outer.py)
         self.stored: set = set()  # names the user's code the trace ran stores as globals or attributes
+        self._iterators: list = []  # (iterator, source, its position before the trace)
+        self._swaps: list = []  # (globals dict, name, the copy the trace draws from, the iterator)
 
     # ------------------------------------------------------------ walking
     def _const(self, v, hint="k") -> str:
@@ -207,9 +213,12 @@ class PyState:
             return
         self.readers[id(v)] = self._reader(src)
         t = self._const(type(v), "t")
-        if isinstance(v, (list, tuple)):
-            if type(v) is list:
+        if isinstance(v, (list, tuple)) or type(v) is collections.deque:
+            if type(v) in (list, collections.deque):  # (a deque's changes replayed as a list's)
                 self._contain("list", v, src)
+            if type(v) is collections.deque and _plain(list(v)):
+                self._check(f"type({var}) is {t} and list({var}) == {self._const(list(v))}", f"{src.pretty()} == {v!r}")
+                return
             if _plain(v):
                 self._check(f"type({var}) is {t} and {var} == {self._const(list(v) if type(v) is list else v)}",
                             f"{src.pretty()} == {v!r}")
@@ -254,6 +263,8 @@ class PyState:
         if d is None or callable(v) and not hasattr(type(v), "__dataclass_fields__") and _is_c_callable(v) \
                 or (type(v).__module__ or "").startswith("dynashape."):
             self._check(f"{var} is {self._const(v, 'o')}", f"{src.pretty()} is the same {type(v).__name__}")
+            if hasattr(type(v), "__next__"):  # an iterator (itertools.count()): the trace may advance it
+                self._iterator(v, src)
             return
         self._check(f"type({var}) is {t}", f"type({src.pretty()}) is {type(v).__qualname__}")
         self._class_attrs(type(v), src)
@@ -303,6 +314,29 @@ class PyState:
         if hasattr(self, "_snap"):
             self._snap.append((kind, obj, src, _contents(kind, obj)))
             self._written = None  # its writes are not watched: every container is compared
+
+    def _iterator(self, it, src: Source) -> None:
+        """An iterator a global names: the trace draws from a copy of it (put in its place once the
+        snapshot is taken, so the restore puts the original back), and a trace that advanced it is a
+        graph break, whose eager run then draws from the original as eager would. Elsewhere (a
+        generator, an attribute) the original is watched: advanced, it breaks too, one draw late."""
+        d = self.env.get(src.base.key) if isinstance(src, ModuleGlobalSource) else \
+            self.env["G"] if isinstance(src, GlobalSource) else None
+        key = getattr(src, "global_name", None)
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                twin = copy.copy(it) if d is not None and d.get(key) is it else None
+        except Exception:  # noqa: BLE001 - not copyable: watched in place
+            twin = None
+        if twin is not None and _position(twin) is not None and _position(twin) == _position(it):
+            self._iterators.append((twin, src, _position(twin)))
+            self._swaps.append((d, key, twin, it))
+            self.ignored.add((id(d), key))
+            if hasattr(self, "_snap"):  # met while tracing: the snapshot is taken
+                d[key] = twin
+        else:
+            self._iterators.append((it, src, _position(it)))
 
     def _int_cell(self, cell, x: int, src: Source) -> bool:
         """A closed-over int of a function argument follows the int policy (automatic dynamic: a
@@ -496,6 +530,8 @@ class PyState:
     # ------------------------------------------------------------ snapshot, effects, restore
     def snapshot(self) -> None:
         self._snap = [(kind, obj, src, _contents(kind, obj)) for kind, obj, src in self.containers]
+        for d, key, twin, _ in self._swaps:
+            d[key] = twin
         self._own_dicts = [(obj, vars(obj)) for kind, obj, _ in self.containers if kind == "attrs"]
         # the dicts' version tags (guards/native.py): finish and restore compare contents only when
         # one was written since (lists have no tag: always compared); the stand-in says "written"
@@ -513,6 +549,11 @@ class PyState:
 
     def finish(self, out):
         """Called at the end of the trace: the output and the side effects as one flat IR tuple."""
+        for it, src, pos in self._iterators:
+            if pos is not None and _position(it) != pos:
+                raise GraphBreak(f"the function advanced {src.pretty()}, a {type(it).__name__} iterator whose "
+                                 "position a compiled call cannot replay", None,
+                                 "What to do: draw from it outside the compiled function and pass the value.")
         tmpl = Template(self.tracer, self.readers)
         self.template = tmpl
         self.out_spec = tmpl.of(out)
@@ -556,6 +597,9 @@ class PyState:
             self._check(cond, f"{src.pretty()}[{k!r}] is {x!r:.60}, as when the trace stored it")
 
     def restore(self) -> None:
+        for d, key, twin, it in self._swaps:  # (whether or not its dict is a container)
+            if d.get(key) is twin:
+                d[key] = it
         for obj, d in getattr(self, "_own_dicts", ()):  # `obj.__dict__ = {...}` in the trace: its own dict back
             if vars(obj) is not d:
                 object.__setattr__(obj, "__dict__", d)
@@ -566,7 +610,7 @@ class PyState:
             now = _contents(kind, obj)
             if kind == "list":
                 if len(now) != len(before) or any(a is not b for a, b in zip(now, before)):
-                    obj[:] = before
+                    _set_items(obj, before)
                 continue
             target = _CellDict(obj) if kind == "cell" else vars(obj) if kind == "attrs" else obj
             if now.keys() != before.keys() or any(before[k] is not x for k, x in now.items()):
@@ -607,7 +651,7 @@ class PyState:
                     todo.append((kind, target, [(k, build(s, flat, L, memo)) for k, s in sets], dels))
             for kind, target, sets, dels in todo:
                 if kind == "list":
-                    target[:] = sets
+                    _set_items(target, sets)
                     continue
                 d = _CellDict(target) if kind == "cell" else vars(target) if kind == "attrs" else target
                 for k, v in sets:
@@ -673,6 +717,26 @@ def _failing(line: str) -> str:
 
 def _named(run, fn):
     return Runner(run, fn)
+
+
+def _set_items(obj, items) -> None:
+    if type(obj) is list:
+        obj[:] = items
+    else:  # a deque
+        obj.clear()
+        obj.extend(items)
+
+
+def _position(it):
+    """Where an iterator stands (equal while it is not advanced), or None when that cannot be told."""
+    if isinstance(it, types.GeneratorType):
+        return (it.gi_frame.f_lasti if it.gi_frame is not None else -1,)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # itertools' pickling support is deprecated
+            return it.__reduce__()
+    except Exception:  # noqa: BLE001
+        return None
 
 
 def _contents(kind, obj):

@@ -227,3 +227,26 @@ def test_a_helper_s_default_values_and_a_partial_s_keywords_are_guarded():
     '''
     _run(src, ["", "helper.__defaults__ = (7.0,)", "part.keywords['k'] = 11.0", "helper.__kwdefaults__['j'] = -1.0"],
          [], calls=5)
+
+
+def test_a_global_iterator_the_function_advances_runs_eagerly_from_its_first_draw():
+    src = '''
+    import itertools
+    cnt = itertools.count()
+    it = iter([1.0, 2.0, 3.0, 4.0, 5.0])
+    def f(x):
+        return x * next(cnt) + next(it)
+    '''
+    cf = _run(src, [], ["next(cnt)", "next(it)"], calls=2)  # (the checks draw too, in both)
+    assert any("advanced" in r for r in cf.stats.graph_breaks), cf.stats.graph_breaks
+
+
+def test_a_deque_is_guarded_and_its_changes_replayed_like_a_list_s():
+    src = '''
+    import collections
+    dq = collections.deque([1, 2, 3])
+    def f(x):
+        dq.rotate(1)
+        return x * dq[0]
+    '''
+    _run(src, ["", "", "dq.append(7)", "dq.clear(); dq.extend([4, 5])"], ["list(dq)"], calls=5)
