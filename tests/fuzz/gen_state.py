@@ -32,7 +32,8 @@ READS = [
     "{v} * (3 if GT.requires_grad else 2)", "{v} * m.w.requires_grad", "{v} + L[0] * c",
     "h.scaled({v})", "h.counted({v})", "box.apply({v})", "{v} * h.SCALE", "helper({v})", "{v} * counter()",
     "h.weighted({v})", "{v} * (2 if type(n) is int else 3)", "{v} * s.scale", "{v} + len(acc)",
-    "{v} * (acc[-1] if acc else 1)", "{v} + s.t", "scaled_by({v})", "part({v})",
+    "{v} * (acc[-1] if acc else 1)", "{v} + s.t", "scaled_by({v})", "part({v})", "{v} * dq[0]",
+    "{v} * next(cnt)", "{v} + len(dq)",
 ]
 CONDITIONS = [
     "FLAG", "obj.on", "'b' in D", "len(L) > 3", "m.training", "c > 4", "isinstance(obj.k, float)", "G > 2",
@@ -51,7 +52,7 @@ WRITES = [
     "setattr(obj, 'k2', n)", "D['b'] = D.get('b', 0) + 1", "L.extend([n, c])",
     "h.SCALE = h.SCALE + 1", "h.CALLS = 0", "box.k = box.k * 2", "s.count = s.count + 1",
     "acc.append({v}.sum())", "acc.append(n)", "s.t = s.t * 0.5 + {v}.mean(0)", "s.on = not s.on",
-    "if len(acc) > 3:\n    acc.pop(0)",
+    "if len(acc) > 3:\n    acc.pop(0)", "dq.rotate(1)", "dq.append(n)", "if len(dq) > 4:\n    dq.popleft()",
 ]
 # what the caller changes between calls ({i} an int, {f} a float, {num} either, {b} a bool, {seed} a seed)
 _GEN = "generator=torch.Generator().manual_seed({seed})"
@@ -69,7 +70,7 @@ CHANGES = [
     "h.SCALE = {num}", "h.FAST = {b}", "box.k = {num}", "h.CALLS = {i}", "h.W = torch.randn(B, " + _GEN + ")",
     "h.W.mul_(2)", "reset({i})", "cfg.scale = {num}", "cfg.on = {b}", "acc.clear()", "acc.append({num})",
     "cfg.t = torch.randn(B, " + _GEN + ")", "cfg.count = {i}", "scaled_by.__defaults__ = ({num},)",
-    "part.keywords['k'] = {num}",
+    "part.keywords['k'] = {num}", "dq.rotate(-1)", "dq.append({num})", "cnt = itertools.count({i})",
 ]
 INTS = [-1, 0, 1, 2, 3, 5, 7]
 FLOATS = [-0.0, 0.5, 1.5, 2.0, -3.0, math.inf, math.nan]
@@ -102,7 +103,9 @@ class StateProgram:
 
     def source(self) -> str:
         s = self.start
-        head = f"""import functools
+        head = f"""import collections
+import functools
+import itertools
 import math
 import types
 
@@ -192,6 +195,8 @@ def scaled_by(v, k=2.0):
 
 
 part = functools.partial(scaled_by, k=3.0)
+dq = collections.deque([1, 2, 3])
+cnt = itertools.count()
 
 
 def counting():

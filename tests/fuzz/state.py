@@ -65,6 +65,8 @@ def snapshot(ns: dict) -> dict:
     out["cfg"] = {k: val(v) for k, v in vars(ns["cfg"]).items()}
     out["acc"] = val(ns["acc"])
     out["defaults"] = (ns["scaled_by"].__defaults__, dict(ns["part"].keywords))
+    out["dq"] = val(list(ns["dq"]))
+    out["cnt"] = repr(ns["cnt"])
     return out
 
 
