@@ -53,7 +53,6 @@ class Outer:
         self._codes: set = set()  # code objects met while tracing
         self._chained: set = set()  # (id(globals dict), name, attributes) walked
         self._injected: list = []  # (globals dict, name) given a builtin of ours for the trace's duration
-        self._user_modules = None  # the user's modules' dicts (sys.modules), listed when first needed
         self._seen: list = []
 
     # ------------------------------------------------------------ before the trace
@@ -211,19 +210,19 @@ class Outer:
             self.state.module(m, src)
 
     def _module_attributes(self, code, g: dict) -> None:
-        """`config.SCALE` where `config` is not a global of the code (imported inside the function,
-        `sys.modules[...]`): the user's modules' globals named like an attribute the code reads are
-        walked as if read (a name read from another object guards a global it did not need)."""
+        """`config.SCALE` where `config` is imported inside the function (`import config`, `from pkg
+        import config`), not a global of the code: that module's globals named like an attribute
+        the code reads are walked as if read."""
         attrs = _attr_names(code)
         if not attrs:
             return
-        if self._user_modules is None:
-            self._user_modules = [vars(m) for m in list(sys.modules.values()) if _user_module(m)]
-        for d in self._user_modules:
-            if d is g or d is self.globals:
+        for name in _imports(code):
+            m = sys.modules.get(name)
+            if m is None or not _user_module(m):
                 continue
+            d = vars(m)
             hit = [a for a in attrs if a in d]
-            if not hit:
+            if not hit or d is g or d is self.globals:
                 continue
             space = self._space(d)
             names = self._names.get(id(d))
@@ -260,6 +259,23 @@ def _user_module(m) -> bool:
     if hit is None or hit[0] is not m:
         hit = _USER[id(m)] = (m, isinstance(m, types.ModuleType) and not _library_globals(vars(m)))
     return hit[1]
+
+
+@functools.lru_cache(maxsize=4096)
+def _imports(code) -> tuple:
+    """Modules the code imports where it runs: `import a.b` (a.b), `from a import b` (a, a.b)."""
+    out, todo = [], [code]
+    while todo:
+        c = todo.pop()
+        last = None
+        for ins in dis.get_instructions(c):
+            if ins.opname == "IMPORT_NAME":
+                last = ins.argval
+                out.append(last)
+            elif ins.opname == "IMPORT_FROM" and last:
+                out.append(f"{last}.{ins.argval}")
+        todo += [k for k in c.co_consts if isinstance(k, types.CodeType)]
+    return tuple(dict.fromkeys(out))
 
 
 def _attr_names(code) -> frozenset:
