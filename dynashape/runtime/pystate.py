@@ -35,6 +35,7 @@ from ..symbolic.sources import AttrSource, GlobalSource, ItemSource, ModuleGloba
 from ..tracing.errors import GraphBreak
 from ..tracing.outputs import Template, build, builder
 from .annotations import ANY as _MARKED_ANY
+from .pystate_containers import _CellDict, _contents, _position, _set_items
 from .pystate_why import _module_attributes_text, _why_attrs, _why_dicts, _why_keys, _why_modules, _why_replaced
 
 _PLAIN = (bool, int, float, str, bytes, type(None), complex)
@@ -717,60 +718,6 @@ def _failing(line: str) -> str:
 
 def _named(run, fn):
     return Runner(run, fn)
-
-
-def _set_items(obj, items) -> None:
-    if type(obj) is list:
-        obj[:] = items
-    else:  # a deque
-        obj.clear()
-        obj.extend(items)
-
-
-def _position(it):
-    """Where an iterator stands (equal while it is not advanced), or None when that cannot be told."""
-    if isinstance(it, types.GeneratorType):
-        return (it.gi_frame.f_lasti if it.gi_frame is not None else -1,)
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # itertools' pickling support is deprecated
-            return it.__reduce__()
-    except Exception:  # noqa: BLE001
-        return None
-
-
-def _contents(kind, obj):
-    if kind == "list":
-        return list(obj)
-    if kind == "attrs":
-        return dict(vars(obj))
-    if kind == "cell":
-        try:
-            return {"cell_contents": obj.cell_contents}
-        except ValueError:  # empty
-            return {}
-    return dict(obj)
-
-
-class _CellDict:
-    """A closure cell written like a dict of its one value (`cell_contents`)."""
-
-    __slots__ = ("cell",)
-
-    def __init__(self, cell):
-        self.cell = cell
-
-    def __setitem__(self, k, v):
-        self.cell.cell_contents = v
-
-    def __delitem__(self, k):
-        del self.cell.cell_contents
-
-    def pop(self, k, default=None):
-        try:
-            del self.cell.cell_contents
-        except ValueError:
-            pass
 
 
 def vars_or_none(v):
