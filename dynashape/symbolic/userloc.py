@@ -37,11 +37,20 @@ def is_internal(filename: str) -> bool:
     """True for frames that belong to dynashape, torch, sympy or generated code."""
     r = _internal.get(filename)
     if r is None:
-        r = _internal[filename] = (filename.startswith(_DYNASHAPE_DIR) or filename.startswith("<dynashape")
-                                   or any(p in filename for p in _SKIP_PARTS))
+        r = _internal[filename] = is_ours(filename) or any(p in filename for p in _SKIP_PARTS)
         if len(_internal) > 4096:  # generated file names (exec'd code) must not grow it without bound
             _internal.clear()
     return r
+
+
+def is_ours(filename: str) -> bool:
+    """dynashape's own code (its modules, the code it generates)."""
+    return filename.startswith(_DYNASHAPE_DIR) or filename.startswith("<dynashape")
+
+
+def location_at(frame, lineno: int) -> Location:
+    co = frame.f_code
+    return Location(co.co_filename, lineno, co.co_name, linecache.getline(co.co_filename, lineno).strip())
 
 
 def user_location(skip: int = 1) -> Location | None:

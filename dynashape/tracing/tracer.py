@@ -20,7 +20,8 @@ import torch
 from ..symbolic.shape_env import DimConstraint, DimDynamic, ShapeEnv
 from ..symbolic.sources import ItemSource, ModuleMemberSource, SizeSource, Source
 from ..symbolic.symtypes import SymBase
-from ..symbolic.userloc import user_location
+from ..symbolic.errors import recording, swallowed
+from ..symbolic.userloc import is_ours, location_at, user_location
 from .datadep import with_history
 from .errors import GraphBreak
 from . import autocast, meta_cache, op_memo
@@ -278,8 +279,9 @@ class Tracer:
     # ----------------------------------------------------------------- tracing
     def run(self, fn, args, kwargs, finish=None):
         """`finish(out)` -> the graph's output value (default: `to_ir(out)`)."""
-        with tracing_scope(self), intercept_global_state(self), TracingMode(self):
+        with recording() as noted, tracing_scope(self), intercept_global_state(self), TracingMode(self):
             out = fn(*args, **kwargs)
+        _refuse_swallowed(noted)
         self.graph.exit_grad = torch.is_grad_enabled()  # `torch.set_grad_enabled(False)` outlives the call
         if self.mutates_input:
             self._refuse_shared_memory()
@@ -783,3 +785,18 @@ def _name_hint(source: Source) -> str:
 
 def _shape_exprs(sizes) -> tuple:
     return tuple(s.node.expr if isinstance(s, SymBase) else int(s) for s in sizes)
+
+
+def _refuse_swallowed(noted: list) -> None:
+    """The trace raised one of ours into the user's code (a graph break, a decision on data) and that
+    code caught it (`except Exception:`) and went on: eager raises nothing there, so the path the
+    trace took is not eager's. The call runs eagerly instead."""
+    e, frame = swallowed(noted, is_ours)
+    if e is None:
+        return
+    tb = e.__traceback__
+    reason = getattr(e, "reason", None) or str(e).split("\n", 1)[0]
+    raise GraphBreak(f"the function caught an error the trace raised into it ({type(e).__name__}: {reason}); eager "
+                     "raises nothing there", location_at(frame, tb.tb_lineno),
+                     "What to do: catch only the exceptions this code expects (not `Exception`), or move the "
+                     "line out of the compiled function. " + (getattr(e, "advice", "") or ""))

@@ -114,3 +114,67 @@ def test_a_view_of_an_empty_reduction_reads_strides_like_eager():
     for shape in [(0, 0, 0), (2, 3, 4), (3, 4, 5)]:
         y = torch.randn(shape)
         assert cf(y) == fn(y), shape
+
+
+# --------------------------------------------------------------- errors the trace raises into the user's code
+def _catches_globals(x):
+    try:
+        globals()
+        return x + 1
+    except Exception:
+        return x - 1
+
+
+def _catches_data_dependent_length(x):
+    try:
+        return x * len(x.nonzero())
+    except Exception:
+        return x * 3
+
+
+def _helper_catches(x):
+    def count(t):
+        try:
+            return len(t.nonzero())
+        except Exception:  # noqa: BLE001
+            return -1
+    return x * count(x)
+
+
+def _catches_in_a_loop(x):
+    out = x
+    for _ in range(2):
+        try:
+            out = out + len(out.nonzero())
+        except (RuntimeError, Exception):
+            out = out - 1
+    return out
+
+
+@pytest.mark.parametrize("fn", [_catches_globals, _catches_data_dependent_length, _helper_catches,
+                                _catches_in_a_loop])
+def test_an_error_the_trace_raised_and_the_user_caught_runs_eagerly(fn):
+    """Eager raises nothing on these lines; a trace that went on down the `except` branch was
+    silently wrong (x * 3 for x * len(x.nonzero()))."""
+    cf = ds.compile(fn)
+    for x in (torch.arange(-2.0, 4.0), torch.tensor([0.0, 1.0, 0.0]), torch.zeros(5)):
+        torch.testing.assert_close(cf(x), fn(x))
+    assert cf.stats.graph_breaks and all("caught an error the trace raised" in r for r in cf.stats.graph_breaks), \
+        cf.stats.graph_breaks
+
+
+def test_a_swallowed_break_names_the_users_line_and_fails_fullgraph():
+    cf = ds.compile(_catches_data_dependent_length, fullgraph=True)
+    with pytest.raises(ds.GraphBreakError, match=r"caught an error the trace raised.*test_tracer.py:\d+"):
+        cf(torch.ones(3))
+
+
+def test_errors_the_user_catches_that_eager_raises_too_stay_compiled():
+    def f(x):
+        try:
+            return x @ x  # a vector's shape error, raised by eager too
+        except RuntimeError:
+            return x * 2
+    cases = [(torch.ones(2, 3),), (torch.ones(3, 4),)]
+    cf = check_vs_eager(f, cases)
+    assert cf.stats.compiles >= 1
