@@ -509,6 +509,9 @@ class CompiledFunction:
             if self.fullgraph:
                 raise DataDependentError(str(e), e.expr, e.location) from None
             e = GraphBreak(str(e).split("\n")[0], getattr(e, "location", None), str(e))
+        if getattr(e, "once", False):  # (also under fullgraph: what breaks is this call, not the graph)
+            self.stats.graph_breaks.append(f"{e.reason}; this call runs eagerly")
+            return ran[0] if ran is not None else self._fn(*args, **kwargs)
         if self.fullgraph:
             advice = e.advice or ""
             if "control flow" in e.reason and config.speculate_data_branches and not config.speculate_under_fullgraph:

@@ -14,6 +14,13 @@ new code object's global names in its own module the first time it is called, be
 line runs, and watches that module's dict for stores the same way. Modules of torch, the standard
 library, transformers and dynashape are not walked: their globals are taken as constant.
 
+An attribute of a module read by name at run time (`getattr(helpers, "SCALE")`,
+`sys.modules["helpers"].SCALE`, `importlib.import_module(name).SCALE`) is not in any code's names:
+for the trace's duration the user's modules are of a subclass of ModuleType (`_Watched`) whose
+attribute reads are walked like globals, an absent one guarded absent. A user module imported for
+the first time by the trace (its body would run under the trace, and its stores be replayed on
+every call) makes that call run eagerly; the next call traces again.
+
     >>> import helpers                     # helpers.py: SCALE = 2.0; def scaled(x): return x * SCALE
     >>> f = ds.compile(lambda x: helpers.scaled(x))
     >>> f(x); helpers.SCALE = 3.0; f(x)    # the guard `helpers.SCALE == 2.0` fails: traced again
@@ -25,12 +32,14 @@ import dis
 import functools
 import sys
 import sysconfig
+import threading
 import types
 
 import torch
 
 from ..symbolic.sources import (AttrSource, CellSource, ClosureSource, GlobalSource, LocalSource, ModuleGlobalSource,
                                 NamespaceSource)
+from ..tracing.errors import GraphBreak
 from ..tracing.inputs import ValueInput
 from ..tracing.pyenv import user_globals, user_type
 from .code_info import _attr_chains, _global_names
@@ -54,6 +63,9 @@ class Outer:
         self._chained: set = set()  # (id(globals dict), name, attributes) walked
         self._injected: list = []  # (globals dict, name) given a builtin of ours for the trace's duration
         self._seen: list = []
+        self._watched: list = []  # modules made _Watched for the trace's duration
+        self._later: list = []  # modules met before it (`prepare`): watched when it starts
+        state.on_module = self.watch
 
     # ------------------------------------------------------------ before the trace
     def prepare(self, L) -> list:
@@ -107,10 +119,8 @@ class Outer:
                 state.function(v, src)  # its cells: read (guarded) and written (replayed) by the trace
         elif isinstance(v, types.ModuleType):
             if not _library(v):  # its attributes are guarded where they are read (`settings.SCALE`); a
-                space = self._space(vars(v))  # store to one (`settings.SCALE = 3`) is replayed
-                if space is not None and id(vars(v)) not in self._names:
-                    self._names[id(vars(v))] = set()
-                    state.container("dict", vars(v), space)
+                self._namespace(_dict_of(v))  # store to one (`settings.SCALE = 3`) is replayed
+                self.watch(v)
         elif isinstance(v, functools.partial):  # the same partial, and what it holds now (its keywords
             tracer.value_inputs.append(_ident(src, v))  # dict can be changed in place)
             self.read(v.func, AttrSource(src, "func"))
@@ -122,13 +132,13 @@ class Outer:
             state.root(v, src)
 
     def _chains(self, chains, g: dict, source) -> None:
-        for root, attrs in chains:  # settings.SCALE, Cfg.scale: the attribute read, not the module
+        for root, attrs in chains:  # Cfg.scale: the attribute read, not the class (a module's: `_Watched`)
             if (id(g), root, attrs) in self._chained:
                 continue
             self._chained.add((id(g), root, attrs))
             v = g.get(root, _MISSING)
             src = source(root)
-            if _library(v):
+            if _library(v) or isinstance(v, types.ModuleType):
                 continue
             for a in attrs:
                 if not isinstance(v, (types.ModuleType, type)):
@@ -139,6 +149,18 @@ class Outer:
                 src = AttrSource(src, a)
                 if not isinstance(v, (types.ModuleType, type)):
                     self.read(v, src)
+
+    def _namespace(self, g: dict):
+        """The source of globals dict `g` and the names walked there, making it a container of the
+        state at its first meeting (None, None: a library's)."""
+        space = self._space(g)
+        if space is None:
+            return None, None
+        names = self._names.get(id(g))
+        if names is None:
+            names = self._names[id(g)] = set()
+            self.state.container("dict", g, space)  # snapshotted now, before its code runs
+        return space, names
 
     def _space(self, g: dict):
         """The source of globals dict `g` (None: a library's, or not a module's)."""
@@ -170,25 +192,70 @@ class Outer:
                 codes.add(frame.f_code)
                 met(frame.f_globals, frame.f_code)
             return prev(frame, event, arg) if prev is not None else None
+        outer_before = getattr(_active, "outer", None)
+        _active.outer = self
+        for m in list(sys.modules.values()) + self._later:
+            if type(m) is types.ModuleType and _user_module(m):
+                self.watch(m)
         sys.settrace(hook)
         try:
             yield
         finally:
             sys.settrace(prev)
+            _active.outer = outer_before
+            for m in self._watched:
+                if type(m) is _Watched:
+                    m.__class__ = types.ModuleType
+            self._watched.clear()
             for g, name in self._injected:
                 if g.get(name) is _INJECT[name]:
                     del g[name]
             self._injected.clear()
 
+    def watch(self, m) -> None:
+        """A user module whose attribute reads are walked while the trace runs (see `_Watched`)."""
+        if type(m) is not types.ModuleType or _library(m):
+            return
+        if getattr(_active, "outer", None) is not self:
+            self._later.append(m)
+            return
+        m.__class__ = _Watched
+        self._watched.append(m)
+
+    def attribute(self, m, name: str, v) -> None:
+        """`m.name` read by the trace through the module object (v: _MISSING when absent)."""
+        d = _dict_of(m)
+        space, names = self._namespace(d)
+        if space is None or name in names:
+            return
+        names.add(name)
+        if v is not _MISSING and name not in d:  # made by the module's __getattr__ (PEP 562) at each read
+            raise GraphBreak(f"{space.module}.{name}, an attribute its module's __getattr__ makes", None,
+                             "What to do: read it outside the compiled function and pass it as an argument.")
+        src = GlobalSource(name) if d is self.globals else ModuleGlobalSource(space, name)
+        if v is _MISSING:
+            self.state.absent(space, name, src)
+            return
+        before = len(self.modules)
+        self.read(v, src)
+        for s, mod in self.modules[before:]:
+            self.state.module(mod, s)
+
+    def whole(self, m) -> None:
+        """`vars(m)` / `m.__dict__` read by the user's code: what is read through the dict bypasses the
+        reads walked by name, so every name there is walked."""
+        for name, v in list(_dict_of(m).items()):
+            if not name.startswith("__"):
+                self.attribute(m, name, v)
+
     def met(self, g: dict, code) -> None:
         """Code about to run for the first time in this trace: the globals it reads in its module."""
-        space = self._space(g)
+        if code.co_name == "<module>" and g.get("__file__") == code.co_filename and not _library_globals(g):
+            raise GraphBreak(f"the function imports {g.get('__name__')} for the first time: its body runs once, "
+                             "eagerly", None, "(The next call is traced.)", once=True)
+        space, names = self._namespace(g)
         if space is None:
             return
-        names = self._names.get(id(g))
-        if names is None:
-            names = self._names[id(g)] = set()
-            self.state.container("dict", g, space)  # snapshotted now, before its code runs
         self.state.stored.update(_stored_names(code))
         read = _global_names(code)
         new = [n for n in read if n not in names]
@@ -205,34 +272,37 @@ class Outer:
             if v is not _MISSING:
                 self.read(v, source(n))
         self._chains(_attr_chains(code), g, source)
-        self._module_attributes(code, g)
         for src, m in self.modules[before:]:  # met while tracing: its state walked now
             self.state.module(m, src)
 
-    def _module_attributes(self, code, g: dict) -> None:
-        """`config.SCALE` where `config` is imported inside the function (`import config`, `from pkg
-        import config`), not a global of the code: that module's globals named like an attribute
-        the code reads are walked as if read."""
-        attrs = _attr_names(code)
-        if not attrs:
-            return
-        for name in _imports(code):
-            m = sys.modules.get(name)
-            if m is None or not _user_module(m):
-                continue
-            d = vars(m)
-            hit = [a for a in attrs if a in d]
-            if not hit or d is g or d is self.globals:
-                continue
-            space = self._space(d)
-            names = self._names.get(id(d))
-            if names is None:
-                names = self._names[id(d)] = set()
-                self.state.container("dict", d, space)
-            for a in hit:
-                if a not in names:
-                    names.add(a)
-                    self.read(d[a], ModuleGlobalSource(space, a))
+
+_active = threading.local()  # .outer: the Outer of the trace running on this thread
+
+
+class _Watched(types.ModuleType):
+    """A user's module while a trace runs: each attribute read by name (`getattr(m, "SCALE")`) is
+    walked (`Outer.attribute`) before the value is used. Dunder names are the module's machinery,
+    except `__dict__`, through which any name can be read (`Outer.whole`)."""
+
+    def __getattribute__(self, name):
+        outer = getattr(_active, "outer", None)
+        if outer is None or name[:2] == "__" and name != "__dict__":
+            return types.ModuleType.__getattribute__(self, name)
+        try:
+            v = types.ModuleType.__getattribute__(self, name)
+        except AttributeError:
+            outer.attribute(self, name, _MISSING)
+            raise
+        if name == "__dict__":
+            if not _library_globals(sys._getframe(1).f_globals):  # (inspect's, dataclasses': not the user's reads)
+                outer.whole(self)
+        else:
+            outer.attribute(self, name, v)
+        return v
+
+
+def _dict_of(m) -> dict:
+    return types.ModuleType.__getattribute__(m, "__dict__")
 
 
 _INSTALLED = tuple({p for k, p in sysconfig.get_paths().items() if k in ("stdlib", "platstdlib", "purelib", "platlib")})
@@ -259,28 +329,6 @@ def _user_module(m) -> bool:
     if hit is None or hit[0] is not m:
         hit = _USER[id(m)] = (m, isinstance(m, types.ModuleType) and not _library_globals(vars(m)))
     return hit[1]
-
-
-@functools.lru_cache(maxsize=4096)
-def _imports(code) -> tuple:
-    """Modules the code imports where it runs: `import a.b` (a.b), `from a import b` (a, a.b)."""
-    out, todo = [], [code]
-    while todo:
-        c = todo.pop()
-        last = None
-        for ins in dis.get_instructions(c):
-            if ins.opname == "IMPORT_NAME":
-                last = ins.argval
-                out.append(last)
-            elif ins.opname == "IMPORT_FROM" and last:
-                out.append(f"{last}.{ins.argval}")
-        todo += [k for k in c.co_consts if isinstance(k, types.CodeType)]
-    return tuple(dict.fromkeys(out))
-
-
-def _attr_names(code) -> frozenset:
-    """Attribute names the code (and code nested in it) reads."""
-    return _names(code, ("LOAD_ATTR", "LOAD_METHOD"))
 
 
 def _stored_names(code) -> frozenset:

@@ -34,8 +34,9 @@ from ..guards import module_epoch, native
 from ..symbolic.sources import AttrSource, GlobalSource, ItemSource, ModuleGlobalSource, NamespaceSource, Source
 from ..tracing.errors import GraphBreak
 from ..tracing.outputs import Template, build, builder
+from ..tracing.pyenv import IteratorStandIn
 from .annotations import ANY as _MARKED_ANY
-from .pystate_containers import _CellDict, _contents, _position, _set_items
+from .pystate_containers import _CellDict, _contents, _position, _set_items, _slot
 from .pystate_why import _module_attributes_text, _why_attrs, _why_dicts, _why_keys, _why_modules, _why_replaced
 
 _PLAIN = (bool, int, float, str, bytes, type(None), complex)
@@ -106,6 +107,7 @@ class PyState:
         self.stored: set = set()  # names the user's code the trace ran stores as globals or attributes
         self._iterators: list = []  # (iterator, source, its position before the trace)
         self._swaps: list = []  # (globals dict, name, the copy the trace draws from, the iterator)
+        self.on_module = None  # fn(module) for each module met on the way (runtime/outer.py watches its reads)
 
     # ------------------------------------------------------------ walking
     def _const(self, v, hint="k") -> str:
@@ -177,7 +179,8 @@ class PyState:
                 if getattr(nn_module, k, None):
                     self._child(getattr(nn_module, k), AttrSource(_NNModule(), k), f"_nn_module.{k}", 1)
 
-    def _visit(self, v, src: Source, var: str, depth: int) -> None:
+    def _visit(self, v, src: Source, var: str, depth: int, holder=None) -> None:
+        """`holder`: (container, key) where `v` sits, when an iterator there can be swapped for the trace."""
         tr = self.tracer
         if isinstance(v, torch.Tensor):
             tr.lift_sources.setdefault(id(v), src)
@@ -195,6 +198,8 @@ class PyState:
             return
         if isinstance(v, (type, types.ModuleType, types.BuiltinFunctionType)):
             self._check(f"{var} is {self._const(v, 'o')}", f"{src.pretty()} is {getattr(v, '__name__', v)}")
+            if isinstance(v, types.ModuleType) and self.on_module is not None:
+                self.on_module(v)
             return
         first = self._seen.get(id(v))
         if first is not None:  # met before on another path: the same object again
@@ -227,7 +232,7 @@ class PyState:
             self._check(f"type({var}) is {t} and len({var}) == {len(v)}",
                         f"type({src.pretty()}) is {type(v).__name__} and len({src.pretty()}) == {len(v)}")
             for i, x in enumerate(v):
-                self._child(x, ItemSource(src, i), f"{var}[{i}]", depth)
+                self._child(x, ItemSource(src, i), f"{var}[{i}]", depth, (v, i) if type(v) is not tuple else None)
             if vars_or_none(v):
                 self._attrs(v, src, var, depth)
             return
@@ -243,7 +248,7 @@ class PyState:
                         f"type({src.pretty()}) is {type(v).__name__} and its keys are {tuple(v)!r}")
             for k, x in v.items():
                 if _key_ok(k):
-                    self._child(x, ItemSource(src, k), f"{var}[{k!r}]", depth)
+                    self._child(x, ItemSource(src, k), f"{var}[{k!r}]", depth, (v, k))
             if vars_or_none(v):
                 self._attrs(v, src, var, depth)
             return
@@ -265,7 +270,7 @@ class PyState:
                 or (type(v).__module__ or "").startswith("dynashape."):
             self._check(f"{var} is {self._const(v, 'o')}", f"{src.pretty()} is the same {type(v).__name__}")
             if hasattr(type(v), "__next__"):  # an iterator (itertools.count()): the trace may advance it
-                self._iterator(v, src)
+                self._iterator(v, src, holder)
             return
         self._check(f"type({var}) is {t}", f"type({src.pretty()}) is {type(v).__qualname__}")
         self._class_attrs(type(v), src)
@@ -299,7 +304,7 @@ class PyState:
             csrc = AttrSource(cell_src, "cell_contents")
             if int_policy and type(x) is int and self._int_cell(cell, x, csrc):
                 continue
-            self._child(x, csrc, f"{var}.__closure__[{i}].cell_contents", depth)
+            self._child(x, csrc, f"{var}.__closure__[{i}].cell_contents", depth, (_CellDict(cell), "cell_contents"))
 
     def container(self, kind: str, obj, src: Source) -> None:
         """A list, dict, object (`attrs`) or closure cell (`cell`) whose changes by the trace are
@@ -316,28 +321,46 @@ class PyState:
             self._snap.append((kind, obj, src, _contents(kind, obj)))
             self._written = None  # its writes are not watched: every container is compared
 
-    def _iterator(self, it, src: Source) -> None:
-        """An iterator a global names: the trace draws from a copy of it (put in its place once the
-        snapshot is taken, so the restore puts the original back), and a trace that advanced it is a
-        graph break, whose eager run then draws from the original as eager would. Elsewhere (a
-        generator, an attribute) the original is watched: advanced, it breaks too, one draw late."""
-        d = self.env.get(src.base.key) if isinstance(src, ModuleGlobalSource) else \
-            self.env["G"] if isinstance(src, GlobalSource) else None
-        key = getattr(src, "global_name", None)
+    def _iterator(self, it, src: Source, holder=None) -> None:
+        """An iterator the trace can reach (a global, an attribute, an item; `holder` says where it sits):
+        the trace draws from a copy of it (put in its place once the snapshot is taken, the original
+        put back before the trace's changes are read), and a trace that advanced it is a graph break,
+        whose eager run then draws from the original as eager would. One that cannot be copied (a
+        generator) is replaced by a stand-in that breaks at the first draw, before drawing. Only one
+        in a tuple is watched in place: advanced, it breaks too, one draw late."""
+        if holder is None and isinstance(src, (ModuleGlobalSource, GlobalSource)):
+            d = self.env.get(src.base.key) if isinstance(src, ModuleGlobalSource) else self.env["G"]
+            holder = (d, src.global_name) if d is not None and d.get(src.global_name) is it else None
+        if holder is None:
+            self._iterators.append((it, src, _position(it)))
+            return
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                twin = copy.copy(it) if d is not None and d.get(key) is it else None
-        except Exception:  # noqa: BLE001 - not copyable: watched in place
+                twin = copy.copy(it)
+        except Exception:  # noqa: BLE001 - not copyable: a stand-in that breaks
             twin = None
-        if twin is not None and _position(twin) is not None and _position(twin) == _position(it):
+        if twin is not None and twin is not it and _position(twin) is not None and _position(twin) == _position(it):
             self._iterators.append((twin, src, _position(twin)))
-            self._swaps.append((d, key, twin, it))
-            self.ignored.add((id(d), key))
-            if hasattr(self, "_snap"):  # met while tracing: the snapshot is taken
-                d[key] = twin
         else:
-            self._iterators.append((it, src, _position(it)))
+            twin = IteratorStandIn(it, src.pretty())
+        c, key = holder
+        self._swaps.append((c, key, twin, it))
+        if isinstance(c, dict):
+            self.ignored.add((id(c), key))
+        if hasattr(self, "_snap"):  # met while tracing: the snapshot is taken
+            c[key] = twin
+
+    def _unswap(self) -> None:
+        """The iterators the trace drew from copies of back in their places."""
+        for c, key, twin, it in self._swaps:  # (whether or not its dict is a container)
+            if _slot(c, key) is twin:
+                c[key] = it
+        self._swaps.clear()
+
+    def absent(self, space: NamespaceSource, name: str, src: Source) -> None:
+        """A module attribute the trace looked for and did not find (`getattr(config, "EXTRA", 1.0)`)."""
+        self._check(f"{name!r} not in {space.name()}", f"{src.pretty()} is not defined")
 
     def _int_cell(self, cell, x: int, src: Source) -> bool:
         """A closed-over int of a function argument follows the int policy (automatic dynamic: a
@@ -367,13 +390,13 @@ class PyState:
                 self._check(f"tuple(map({cd}.get, {self._const(keys, 'ck')})) == {self._const(vals, 'cv')}",
                             " and ".join(f"{klass.__qualname__}.{k} == {x!r}" for k, x in items))
 
-    def _child(self, x, src, expr, depth):
+    def _child(self, x, src, expr, depth, holder=None):
         if isinstance(x, torch.Tensor):
             self._visit(x, src, expr, depth + 1)
             return
         var = self._name("v")
         self.lines.append(f"{var} = {expr}")
-        self._visit(x, src, var, depth + 1)
+        self._visit(x, src, var, depth + 1, holder)
 
     def _attrs(self, obj, src, var, depth, module=False):
         """An object's __dict__: its keys, its plain values in one comparison, the rest one by one."""
@@ -411,7 +434,7 @@ class PyState:
             if module and isinstance(x, torch.nn.Module):
                 continue
             self._child(x, AttrSource(src, k) if k.isidentifier() else ItemSource(AttrSource(src, "__dict__"), k),
-                        f"{dv}.get({k!r})" if module else f"{dv}[{k!r}]", depth)
+                        f"{dv}.get({k!r})" if module else f"{dv}[{k!r}]", depth, (d, k))
 
     def marks(self, t: torch.Tensor, src: Source, attr: str, dynamic_dims) -> None:
         """A tensor argument's ds.mark_dynamic & co, as PyTorch checks them: a later tensor needs no
@@ -550,6 +573,7 @@ class PyState:
 
     def finish(self, out):
         """Called at the end of the trace: the output and the side effects as one flat IR tuple."""
+        self._unswap()
         for it, src, pos in self._iterators:
             if pos is not None and _position(it) != pos:
                 raise GraphBreak(f"the function advanced {src.pretty()}, a {type(it).__name__} iterator whose "
@@ -598,9 +622,7 @@ class PyState:
             self._check(cond, f"{src.pretty()}[{k!r}] is {x!r:.60}, as when the trace stored it")
 
     def restore(self) -> None:
-        for d, key, twin, it in self._swaps:  # (whether or not its dict is a container)
-            if d.get(key) is twin:
-                d[key] = it
+        self._unswap()
         for obj, d in getattr(self, "_own_dicts", ()):  # `obj.__dict__ = {...}` in the trace: its own dict back
             if vars(obj) is not d:
                 object.__setattr__(obj, "__dict__", d)

@@ -27,6 +27,14 @@ def _position(it):
         return None
 
 
+def _slot(c, key):
+    """What container `c` (a dict, list, deque or _CellDict) holds at `key`, or None."""
+    try:
+        return c[key]
+    except (KeyError, IndexError, ValueError):
+        return None
+
+
 def _contents(kind, obj):
     if kind == "list":
         return list(obj)
@@ -47,6 +55,9 @@ class _CellDict:
 
     def __init__(self, cell):
         self.cell = cell
+
+    def __getitem__(self, k):
+        return self.cell.cell_contents
 
     def __setitem__(self, k, v):
         self.cell.cell_contents = v

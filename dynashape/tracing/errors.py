@@ -11,10 +11,11 @@ class GraphBreak(DynashapeError):
     Raised with `fullgraph=True` as GraphBreakError; otherwise the call runs eagerly.
     """
 
-    def __init__(self, reason: str, location: Location | None = None, advice: str = ""):
+    def __init__(self, reason: str, location: Location | None = None, advice: str = "", once: bool = False):
         self.reason = reason
         self.location = location
         self.advice = advice
+        self.once = once  # this call only runs eagerly (a first import): no entry is kept, the next traces
         at = f" at {location}" if location else ""
         super().__init__(f"{reason}{at}" + (f"\n{advice}" if advice else ""))
 

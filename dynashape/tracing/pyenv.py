@@ -81,6 +81,8 @@ def _isinstance(obj, cls):
     pytype = _PYTYPE.get(type(obj))
     if pytype is None:
         return _orig_isinstance(obj, cls)
+    if pytype is IteratorStandIn:
+        return _orig_isinstance(obj._it, cls)
     if _orig_isinstance(obj, cls):
         return True
     if threading.get_ident() not in _threads or _caller_is_ours():
@@ -99,6 +101,8 @@ class _TypeMeta(type):
         if len(args) != 1 or kwargs:  # type(name, bases, namespace): a new class
             return _orig_type(*args, **kwargs)
         t = _orig_type(args[0])
+        if t is IteratorStandIn:
+            return _orig_type(args[0]._it)
         pytype = _PYTYPE.get(t)
         if pytype is not None:
             return pytype
@@ -120,6 +124,35 @@ class user_type(metaclass=_TypeMeta):
     of their modules whose code calls `type`): a symbolic int's type is int and a traced tensor's is
     the type of the tensor it stands for, as when the compiled code runs (`type(n) is int` took the
     other branch). `isinstance(c, type)` and `type(name, bases, ns)` behave as the builtin's."""
+
+
+class IteratorStandIn:
+    """In the place of an iterator that cannot be copied (a generator held in an attribute) while a
+    trace runs (runtime/pystate.py): drawing from it breaks the graph before anything is drawn, so
+    the eager run that follows draws as eager would. `isinstance` and the user's `type` answer for
+    the iterator it stands for."""
+
+    def __init__(self, it, where: str):
+        self._it, self._where = it, where
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        raise GraphBreak(f"the function draws from {self._where}, a {_orig_type(self._it).__name__} whose "
+                         "position a compiled call cannot replay", user_location(),
+                         "What to do: draw from it outside the compiled function and pass the value.")
+
+    send = throw = lambda self, *a: self.__next__()  # noqa: E731
+
+    def close(self):
+        self.__next__()
+
+    def __getattr__(self, name):  # gi_frame, gi_running, __length_hint__...
+        return getattr(self._it, name)
+
+
+_PYTYPE[IteratorStandIn] = IteratorStandIn
 
 
 def user_globals():

@@ -8,7 +8,9 @@ on a dict's keys, loops over the list, appends, attribute and global rebinding, 
 of state tensors. Between calls the caller changes the state (`Step.change`): a global's value or
 type, a list's length, a dict's keys, an attribute deleted, the module put in eval mode, a state
 tensor's dtype, size 1 or requires_grad. Every change decides something the compiled function
-assumed at trace time: its guards must see it.
+assumed at trace time: its guards must see it. Another module `h` is read by name too
+(`getattr(h, 'SCALE')`, `vars(h)`, an attribute that comes and goes), and generators (a global,
+an attribute) are drawn from: eager's draws, from the first call.
 
     >>> p = generate_state(1)
     >>> print(p.source())  # doctest: +SKIP
@@ -33,14 +35,15 @@ READS = [
     "h.scaled({v})", "h.counted({v})", "box.apply({v})", "{v} * h.SCALE", "helper({v})", "{v} * counter()",
     "h.weighted({v})", "{v} * (2 if type(n) is int else 3)", "{v} * s.scale", "{v} + len(acc)",
     "{v} * (acc[-1] if acc else 1)", "{v} + s.t", "scaled_by({v})", "part({v})", "{v} * dq[0]",
-    "{v} * next(cnt)", "{v} + len(dq)",
+    "{v} * next(cnt)", "{v} + len(dq)", "{v} * getattr(h, 'SCALE')", "{v} * vars(h)['SCALE']",
+    "{v} * getattr(h, 'EXTRA', 1.5)", "{v} * next(obj.gen)", "{v} + next(gen)",
 ]
 CONDITIONS = [
     "FLAG", "obj.on", "'b' in D", "len(L) > 3", "m.training", "c > 4", "isinstance(obj.k, float)", "G > 2",
     "CNT % 2 == 0", "hasattr(obj, 'last')", "GT.dtype == torch.float64", "n > c", "GT.shape[0] == 1",
     "type(L[-1]) is int", "D.get('b', 0) > 1", "isinstance(L[-1], torch.Tensor)",
     "type(n) is int", "type(G) is float", "type(x) is torch.Tensor", "type(m.w) is torch.nn.Parameter",
-    "h.FAST", "type(obj.k) is bool", "s.on", "len(acc) > 2", "s.scale > 1",
+    "h.FAST", "type(obj.k) is bool", "s.on", "len(acc) > 2", "s.scale > 1", "hasattr(h, 'EXTRA')",
 ]
 # statements writing state; `{v}` a tensor variable
 WRITES = [
@@ -53,6 +56,7 @@ WRITES = [
     "h.SCALE = h.SCALE + 1", "h.CALLS = 0", "box.k = box.k * 2", "s.count = s.count + 1",
     "acc.append({v}.sum())", "acc.append(n)", "s.t = s.t * 0.5 + {v}.mean(0)", "s.on = not s.on",
     "if len(acc) > 3:\n    acc.pop(0)", "dq.rotate(1)", "dq.append(n)", "if len(dq) > 4:\n    dq.popleft()",
+    "setattr(h, 'EXTRA', n)",
 ]
 # what the caller changes between calls ({i} an int, {f} a float, {num} either, {b} a bool, {seed} a seed)
 _GEN = "generator=torch.Generator().manual_seed({seed})"
@@ -71,6 +75,7 @@ CHANGES = [
     "h.W.mul_(2)", "reset({i})", "cfg.scale = {num}", "cfg.on = {b}", "acc.clear()", "acc.append({num})",
     "cfg.t = torch.randn(B, " + _GEN + ")", "cfg.count = {i}", "scaled_by.__defaults__ = ({num},)",
     "part.keywords['k'] = {num}", "dq.rotate(-1)", "dq.append({num})", "cnt = itertools.count({i})",
+    "h.EXTRA = {num}", "vars(h).pop('EXTRA', None)", "obj.gen = numbers()", "next(gen)",
 ]
 INTS = [-1, 0, 1, 2, 3, 5, 7]
 FLOATS = [-0.0, 0.5, 1.5, 2.0, -3.0, math.inf, math.nan]
@@ -127,7 +132,16 @@ class Obj:
     pass
 
 
+def numbers():
+    k = 0
+    while True:
+        k += 1
+        yield float(k)
+
+
+gen = numbers()
 obj = Obj()
+obj.gen = numbers()
 obj.k = {lit(s['k'])}
 obj.on = {lit(s['on'])}
 obj.t = torch.randn(B, generator=_g)

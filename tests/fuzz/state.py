@@ -17,6 +17,7 @@ import linecache
 import os
 import random
 import time
+import types
 import warnings
 
 import torch
@@ -51,6 +52,8 @@ def snapshot(ns: dict) -> dict:
             return [val(e) for e in v]
         if isinstance(v, dict):
             return {k: val(e) for k, e in v.items()}
+        if isinstance(v, types.GeneratorType):  # where it stands
+            return ("generator", v.gi_frame.f_locals.get("k") if v.gi_frame is not None else None)
         return v
     m, obj = ns["m"], ns["obj"]
     out = {k: val(ns[k]) for k in STATE}
@@ -59,7 +62,8 @@ def snapshot(ns: dict) -> dict:
     out["m.params"] = {k: val(v) for k, v in m.named_parameters()}
     out["m.buffers"] = {k: val(v) for k, v in m.named_buffers()}
     out["c"] = val(ns["f"].__closure__[_cell(ns["f"], "c")].cell_contents)
-    out["h"] = {k: val(getattr(ns["h"], k)) for k in ("SCALE", "CALLS", "FAST", "W")}
+    out["h"] = {k: val(getattr(ns["h"], k, None)) for k in ("SCALE", "CALLS", "FAST", "W", "EXTRA")}
+    out["gen"] = val(ns["gen"])
     out["box"] = {k: val(v) for k, v in vars(ns["box"]).items()}
     out["counter"] = val(ns["counter"].__closure__[0].cell_contents)
     out["cfg"] = {k: val(v) for k, v in vars(ns["cfg"]).items()}

@@ -249,3 +249,75 @@ def test_a_deque_is_guarded_and_its_changes_replayed_like_a_list_s():
         return x * dq[0]
     '''
     _run(src, ["", "", "dq.append(7)", "dq.clear(); dq.extend([4, 5])"], ["list(dq)"], calls=5)
+
+
+@pytest.mark.parametrize("read", [
+    'getattr(h, "SCALE")',
+    'sys.modules[h.__name__].SCALE',
+    'importlib.import_module(h.__name__).SCALE',
+    'vars(h)["SCALE"]',
+    'h.__dict__.get("SCALE")',
+    'getattr(h, "EXTRA", 1.0)',
+    'getattr(getattr(h, "W"), "sum")()',
+])
+def test_a_module_attribute_read_by_name_at_run_time_is_guarded(two, read):
+    """Not in any code's names: seen while the trace runs (outer._Watched)."""
+    src = f'''
+    import importlib, sys
+    def f(x):
+        return x * {read}
+    '''
+    _run(src, ["", "h.SCALE = 7.0", "h.EXTRA = 5.0", "h.W = torch.full((2,), 3.0)", "del h.EXTRA"], [],
+         helpers=two, calls=6)
+
+
+def test_a_module_read_through_an_object_is_guarded(two):
+    src = '''
+    class Holder:
+        pass
+    holder = Holder()
+    holder.mod = h
+    def f(x):
+        return x * holder.mod.SCALE
+    '''
+    _run(src, ["", "h.SCALE = -3.0"], [], helpers=two)
+
+
+def test_a_module_imported_for_the_first_time_by_the_trace_runs_once_eagerly(tmp_path, monkeypatch):
+    """Its body ran under the trace, and its stores (`S = 2.0`) were replayed on every call: the
+    caller's `S = 5.0` was undone by the next compiled call."""
+    name = f"ds_outer_fresh_{abs(hash(tmp_path))}"
+    (tmp_path / f"{name}.py").write_text("import torch\nS = 2.0\nW = torch.ones(2)\n"
+                                         "def scaled(x):\n    return x * S * W\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    ns = _world(f'''
+    def f(x):
+        import {name} as fresh
+        return fresh.scaled(x) + fresh.S
+    ''', {})
+    try:
+        cf = ds.compile(ns["f"], fullgraph=True)
+        x = torch.ones(2)
+        _same(cf(x), torch.full((2,), 4.0))  # (eagerly: the import ran once)
+        mod = sys.modules[name]
+        assert type(mod.W) is torch.Tensor and not isinstance(mod.W, FakeTensor)
+        assert any("for the first time" in r for r in cf.stats.graph_breaks), cf.stats.graph_breaks
+        w = mod.W
+        for s in (5.0, 5.0, -1.0):
+            mod.S = s
+            _same(ns["f"](x), cf(x))
+            assert mod.S == s and mod.W is w
+        assert cf.stats.compiles >= 1
+    finally:
+        sys.modules.pop(name, None)
+
+
+def test_an_attribute_of_a_module_not_in_sys_modules_read_by_name_is_guarded():
+    src = '''
+    import types
+    h = types.ModuleType("ds_outer_adhoc")
+    h.SCALE = 2.0
+    def f(x):
+        return x * getattr(h, "SCALE")
+    '''
+    _run(src, ["", "h.SCALE = 5.0", "h.SCALE = -1"], ["h.SCALE"])

@@ -482,3 +482,53 @@ def test_writes_to_module_dicts_inside_the_trace_are_restored_and_replayed(write
         torch.testing.assert_close(cm(x), ref(x))
         assert m.calls == ref.calls and torch.equal(m.b, ref.b)
         assert _real(m.b) and not any(isinstance(v, FakeTensor) for v in vars(m).values())
+
+
+# ---------------------------------------------------------------- iterators the trace can reach
+def _numbers():
+    yield from (float(i) for i in range(100))
+
+
+class _Holder:
+    pass
+
+
+@pytest.mark.parametrize("where", ["attr", "list", "dict", "cell"])
+@pytest.mark.parametrize("make", [_numbers, lambda: iter([1.0, 2.0, 3.0, 4.0, 5.0]),
+                                  lambda: __import__("itertools").count(3)],
+                         ids=["generator", "list_iterator", "count"])
+def test_an_iterator_the_function_draws_from_gives_eager_s_draws_from_the_first_call(where, make):
+    """Watched in place, a generator held in an attribute was advanced by the trace: the first call's
+    eager run then drew the second element (silently wrong)."""
+    def world():
+        it = make()
+        h = _Holder()
+        h.it, box, d = it, [it], {"it": it}
+
+        def draw():
+            return next(it)
+        return {"attr": lambda: next(h.it), "list": lambda: next(box[0]), "dict": lambda: next(d["it"]),
+                "cell": draw}[where], (h, box, d)
+
+    draw_e, keep_e = world()
+    draw_c, keep_c = world()
+
+    def f(draw, x):
+        return x * draw()
+    cf = ds.compile(f)
+    for _ in range(3):
+        torch.testing.assert_close(cf(draw_c, torch.ones(2)), f(draw_e, torch.ones(2)))
+    assert draw_c() == draw_e()  # nothing left of the trace in the holders: the same next element
+    assert cf.stats.graph_breaks
+
+
+def test_a_generator_s_stand_in_answers_type_and_isinstance_as_the_generator():
+    h = _Holder()
+    h.it = _numbers()
+
+    def f(x):
+        kind = (type(h.it) is types.GeneratorType, isinstance(h.it, types.GeneratorType))
+        return x + 1 if kind == (True, True) else x - 1
+    cf = ds.compile(f)
+    torch.testing.assert_close(cf(torch.ones(2)), f(torch.ones(2)))
+    assert type(h.it) is types.GeneratorType and next(h.it) == 0.0
