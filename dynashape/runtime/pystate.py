@@ -23,6 +23,7 @@ import collections
 import copy
 import enum
 import functools
+import logging
 import types
 import warnings
 import weakref
@@ -43,6 +44,10 @@ _PLAIN = (bool, int, float, str, bytes, type(None), complex)
 _ATOMIC = (torch.dtype, torch.device, torch.layout, torch.memory_format, enum.Enum, torch.Size)
 _LIBRARIES = {"torch", "transformers", "builtins", "typing", "collections", "dataclasses", "enum", "abc",
               "dynashape", "numpy", "functools", "types"}
+# loggers and their machinery: what the user's code asks of them (a record, isEnabledFor) is decided
+# when the compiled code runs or guarded by its answer (tracing/py_output.py), not by walking them
+_BY_IDENTITY = (logging.Logger, logging.LoggerAdapter, logging.Handler, logging.Formatter, logging.Filter,
+                logging.Manager, logging.PlaceHolder)
 _MAX_DEPTH = 6
 _MAX_NODES = 4000
 
@@ -267,7 +272,7 @@ class PyState:
             return
         d = vars_or_none(v)
         if d is None or callable(v) and not hasattr(type(v), "__dataclass_fields__") and _is_c_callable(v) \
-                or (type(v).__module__ or "").startswith("dynashape."):
+                or (type(v).__module__ or "").startswith("dynashape.") or isinstance(v, _BY_IDENTITY):
             self._check(f"{var} is {self._const(v, 'o')}", f"{src.pretty()} is the same {type(v).__name__}")
             if hasattr(type(v), "__next__"):  # an iterator (itertools.count()): the trace may advance it
                 self._iterator(v, src, holder)

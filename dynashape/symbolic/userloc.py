@@ -4,6 +4,7 @@ from __future__ import annotations
 import linecache
 import os
 import sys
+import sysconfig
 from dataclasses import dataclass
 
 _DYNASHAPE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
@@ -41,6 +42,16 @@ def is_internal(filename: str) -> bool:
         if len(_internal) > 4096:  # generated file names (exec'd code) must not grow it without bound
             _internal.clear()
     return r
+
+
+_INSTALLED = tuple({p for k, p in sysconfig.get_paths().items() if k in ("stdlib", "platstdlib", "purelib", "platlib")})
+
+
+def is_library_file(filename: str) -> bool:
+    """Code that is not the user's: dynashape's, torch's, sympy's, the standard library's or an
+    installed package's (exec'd code and `<stdin>` are the user's)."""
+    return is_internal(filename) or filename.startswith(_INSTALLED) or "site-packages" in filename \
+        or filename.startswith("<frozen ")
 
 
 def is_ours(filename: str) -> bool:

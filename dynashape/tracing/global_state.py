@@ -1,8 +1,8 @@
 """Calls that change torch's global state while tracing.
 
 They are not torch functions the TracingMode sees, so without this they would
-run once, at trace time, and never again. `torch.manual_seed` and `print` are
-recorded in the graph (the compiled code reseeds and prints, with the real
+run once, at trace time, and never again. `torch.manual_seed`, `print`, and the user's log records
+and warnings (py_output.py) are recorded in the graph (the compiled code reseeds and prints, with the real
 values, exactly where eager does); the others
 would change how later calls behave in ways a graph cannot replay, so they are
 graph breaks. Reads of global settings (`torch.are_deterministic_algorithms_enabled()`,
@@ -17,8 +17,10 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import logging
 import math
 import threading
+import warnings
 
 import torch
 
@@ -26,6 +28,7 @@ from ..symbolic.errors import DataDependentError
 from ..symbolic.functions import MATH_CALLS
 from ..symbolic.symtypes import SymBase, SymBool, SymInt, sym_max, sym_min, wrap_node
 from ..symbolic.userloc import user_location
+from . import py_output
 from .errors import GraphBreak
 from .state import current_tracer
 
@@ -43,6 +46,8 @@ _POINTS = [(torch, "manual_seed", "manual_seed"), (torch.random, "manual_seed", 
            (builtins, "print", "print"), (builtins, "max", "max"), (builtins, "min", "min")]
 _POINTS += [(torch, n, n) for n in FLAG_GETTERS + _BREAKS if hasattr(torch, n)]
 _POINTS += [(math, n, f"math.{n}") for n in MATH_CALLS]
+_POINTS += [(logging.Logger, n, f"log.{n}") for n in py_output.LOG_LEVELS]
+_POINTS += [(logging.Logger, "isEnabledFor", "log.isEnabledFor"), (warnings, "warn", "warnings.warn")]
 _ORIGINAL = {key: getattr(owner, name) for owner, name, key in _POINTS}
 _lock = threading.Lock()
 _users = 0  # traces running, on any thread
@@ -109,6 +114,10 @@ def _handlers(tracer) -> dict:
         _SHARED.update({"max": _min_max("max", sym_max), "min": _min_max("min", sym_min)})
         _SHARED.update({f"math.{n}": _math_call(n) for n in MATH_CALLS})
         _SHARED.update(manual_seed=_manual_seed, print=_print)
+        _SHARED.update({f"log.{n}": py_output.log_method(_ORIGINAL, f"log.{n}", level)
+                        for n, level in py_output.LOG_LEVELS.items()})
+        _SHARED["log.isEnabledFor"] = py_output.is_enabled_for(_ORIGINAL, "log.isEnabledFor")
+        _SHARED["warnings.warn"] = py_output.warn(_ORIGINAL, "warnings.warn")
         _SHARED.update({n: _flag_reader(n) for n in FLAG_GETTERS if n in _ORIGINAL})
         _SHARED.update({n: _refuse(n) for n in _BREAKS if n in _ORIGINAL})
     out = dict(_SHARED)
