@@ -20,9 +20,9 @@ import torch
 from ..symbolic.shape_env import DimConstraint, DimDynamic, ShapeEnv
 from ..symbolic.sources import ItemSource, ModuleMemberSource, SizeSource, Source
 from ..symbolic.symtypes import SymBase
-from ..symbolic.errors import recording, swallowed
-from ..symbolic.userloc import is_ours, location_at, user_location
+from ..symbolic.userloc import location_at, user_location
 from .datadep import with_history
+from .caught import inside_user_try, watching_errors
 from .errors import GraphBreak
 from . import autocast, meta_cache, op_memo
 from .fake import FakeTensor, make_fake
@@ -95,6 +95,7 @@ class Tracer:
         self.mutates = False  # the trace ran an in-place op (or out=, or setitem)
         self.mutates_input = False  # ... on a tensor that may be (a view of) an input's memory
         self.flag_reads: dict = {}  # "torch.get_...()" -> (getter, value read): guarded
+        self._in_try = None  # (what, frame): an op or check recorded inside the user's try/except (caught.py)
         self._input_tensors: list = []  # (source, real tensor) of tensor inputs, in order
         self._offsets: dict[int, int] = {}  # id(input fake) -> the real tensor's storage offset
         self.object_input = None  # fn(value, source) -> value: how other Python objects come in
@@ -279,9 +280,16 @@ class Tracer:
     # ----------------------------------------------------------------- tracing
     def run(self, fn, args, kwargs, finish=None):
         """`finish(out)` -> the graph's output value (default: `to_ir(out)`)."""
-        with recording() as noted, tracing_scope(self), intercept_global_state(self), TracingMode(self):
+        self._in_try = None
+        with watching_errors(), tracing_scope(self), intercept_global_state(self), TracingMode(self):
             out = fn(*args, **kwargs)
-        _refuse_swallowed(noted)
+        if self._in_try is not None:
+            what, frame = self._in_try
+            raise GraphBreak(f"{what} inside a `try:` whose `except` would catch what it raises: an error it raises "
+                             "when the compiled code runs would leave the compiled code instead",
+                             location_at(frame, frame.f_lineno),
+                             "What to do: move the try/except out of the compiled function, or compile the code "
+                             "inside the `try:` on its own.")
         self.graph.exit_grad = torch.is_grad_enabled()  # `torch.set_grad_enabled(False)` outlives the call
         if self.mutates_input:
             self._refuse_shared_memory()
@@ -537,6 +545,10 @@ class Tracer:
             meta = _map(out, lambda x: self._tensor_meta(shapes[index[id(x)]], x) if isinstance(x, torch.Tensor)
                         else None) if outs else None
         short = _short_name(func)
+        if self._in_try is None:
+            frame = inside_user_try()
+            if frame is not None:
+                self._in_try = (_fname(func), frame)
         node = self.graph.call(func, ir_args, ir_kwargs, meta, user_location(),
                                torch.is_grad_enabled(), name_hint=short)
         # an in-place op returns the tensor it changed: the same fake (maybe resized). An op that
@@ -694,6 +706,10 @@ class Tracer:
 
     def _emit_assert(self, expr, message, loc, error=RuntimeError, exact: bool = False) -> None:
         from .checks import ERRORS, runtime_check
+        if self._in_try is None:
+            frame = inside_user_try()
+            if frame is not None:
+                self._in_try = (f"the check `{self.env.describe(expr)}`", frame)
         text = message or f"check `{self.env.describe(expr)}` failed"
         if loc is not None and not exact:
             text += f" (at {loc})"
@@ -786,17 +802,3 @@ def _name_hint(source: Source) -> str:
 def _shape_exprs(sizes) -> tuple:
     return tuple(s.node.expr if isinstance(s, SymBase) else int(s) for s in sizes)
 
-
-def _refuse_swallowed(noted: list) -> None:
-    """The trace raised one of ours into the user's code (a graph break, a decision on data) and that
-    code caught it (`except Exception:`) and went on: eager raises nothing there, so the path the
-    trace took is not eager's. The call runs eagerly instead."""
-    e, frame = swallowed(noted, is_ours)
-    if e is None:
-        return
-    tb = e.__traceback__
-    reason = getattr(e, "reason", None) or str(e).split("\n", 1)[0]
-    raise GraphBreak(f"the function caught an error the trace raised into it ({type(e).__name__}: {reason}); eager "
-                     "raises nothing there", location_at(frame, tb.tb_lineno),
-                     "What to do: catch only the exceptions this code expects (not `Exception`), or move the "
-                     "line out of the compiled function. " + (getattr(e, "advice", "") or ""))

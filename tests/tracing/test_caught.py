@@ -1,0 +1,160 @@
+"""Errors the trace raises into the user's code and the user's code catches, and ops recorded inside
+the user's try/except (tracing/caught.py): the call runs eagerly, never down a path eager does not
+take, and no error of the compiled code escapes a handler that eager's would reach. Every case
+here was silently wrong (or raised where eager did not) before; found by hand and by the fuzzer's
+`try:` template (tests/fuzz/findings.md)."""
+import math
+
+import pytest
+import torch
+
+import dynashape as ds
+
+
+def _catches_globals(x):
+    try:
+        globals()
+        return x + 1
+    except Exception:
+        return x - 1
+
+
+def _catches_data_dependent_length(x):
+    try:
+        return x * len(x.nonzero())
+    except Exception:
+        return x * 3
+
+
+def _helper_catches(x):
+    def count(t):
+        try:
+            return len(t.nonzero())
+        except Exception:  # noqa: BLE001
+            return -1
+    return x * count(x)
+
+
+def _catches_in_a_loop(x):
+    out = x
+    for _ in range(2):
+        try:
+            out = out + len(out.nonzero())
+        except (RuntimeError, Exception):
+            out = out - 1
+    return out
+
+
+@pytest.mark.parametrize("fn", [_catches_globals, _catches_data_dependent_length, _helper_catches,
+                                _catches_in_a_loop])
+def test_an_error_the_trace_raised_and_the_user_caught_runs_eagerly(fn):
+    """Eager raises nothing on these lines; a trace that went on down the `except` branch was
+    silently wrong (x * 3 for x * len(x.nonzero()))."""
+    cf = ds.compile(fn)
+    for x in (torch.arange(-2.0, 4.0), torch.tensor([0.0, 1.0, 0.0]), torch.zeros(5)):
+        torch.testing.assert_close(cf(x), fn(x))
+    assert cf.stats.graph_breaks and all("caught an error the trace raised" in r for r in cf.stats.graph_breaks), \
+        cf.stats.graph_breaks
+
+
+def test_a_swallowed_break_names_the_users_line_and_fails_fullgraph():
+    cf = ds.compile(_catches_data_dependent_length, fullgraph=True)
+    with pytest.raises(ds.GraphBreakError, match=r"caught an error the trace raised.*test_caught.py:\d+"):
+        cf(torch.ones(3))
+
+
+def test_an_error_of_an_op_the_user_catches_runs_the_call_eagerly():
+    """Eager raises it too, but whether the trace's error is eager's (type, condition) is eager's to
+    say: `x @ x` of a matrix that is not square."""
+    def f(x):
+        try:
+            return x @ x
+        except RuntimeError:
+            return x * 2
+    cf = ds.compile(f)
+    for x in (torch.ones(2, 3), torch.ones(3, 3), torch.ones(3, 4)):
+        torch.testing.assert_close(cf(x), f(x))
+    assert cf.stats.graph_breaks
+
+
+def _sqrt_of_a_size(y):  # T1: compiled at size 3, the graph ran sqrt(s0 - 3) outside the try at size 2
+    try:
+        return y * math.sqrt(y.size(0) - 3)
+    except ValueError:
+        return y[:1] - 1
+
+
+def _check_on_a_data_dependent_size(y):  # T2: the runtime check of expand escaped the handler
+    v0 = y[torch.arange(y.size(0)) % 1 == 0]
+    try:
+        return v0.expand(1)
+    except RuntimeError:
+        return v0[:1] - 1
+
+
+def _argmax_of_a_filtered_tensor(y):  # T2: the graph's argmax of an empty tensor raised outside the try
+    try:
+        v0 = y[y > 100]
+        return v0[v0.argmax().item():]
+    except Exception:  # noqa: BLE001
+        return y[:1] - 1
+
+
+def _stand_in_type_error(y):  # T3: FakeTensor * SymFloat raised a TypeError the program caught
+    try:
+        return y * sum(y.flatten()[:1].tolist())
+    except Exception:  # noqa: BLE001
+        return y * 0.5
+
+
+def _error_of_another_type(y):  # T4: the trace raised RuntimeError, eager IndexError (which escapes)
+    try:
+        return y.flatten()[y.flatten().argmax().item():]
+    except RuntimeError:
+        return y.reshape(-1) * 0.5
+
+
+@pytest.mark.parametrize("fn, sizes", [
+    (_sqrt_of_a_size, [(3,), (2,), (5,)]),
+    (_check_on_a_data_dependent_size, [(2,), (1,), (3,)]),
+    (_argmax_of_a_filtered_tensor, [(3,), (4,)]),
+    (_stand_in_type_error, [(3,), (2,)]),
+    (_error_of_another_type, [(0, 2), (2, 2)]),
+])
+@pytest.mark.parametrize("dynamic", [None, True])
+def test_what_eager_raises_or_catches_the_compiled_function_does_too(fn, sizes, dynamic):
+    cf = ds.compile(fn, dynamic=dynamic)
+    for size in sizes:
+        x = torch.arange(float(math.prod(size))).reshape(size) - 1
+        try:
+            want = fn(x.clone())
+        except Exception as e:  # noqa: BLE001
+            with pytest.raises(type(e)):
+                cf(x.clone())
+            continue
+        torch.testing.assert_close(cf(x.clone()), want)
+
+
+def test_with_and_finally_blocks_and_the_user_s_own_errors_stay_compiled():
+    table = {"a": 2.0}
+
+    def f(x):
+        with torch.no_grad():
+            y = x * 2
+        try:
+            y = y + 1
+        finally:
+            table["calls"] = table.get("calls", 0) + 1
+        try:
+            k = table["missing"]
+        except KeyError:
+            k = 3.0
+        try:
+            raise ValueError("the user's own")
+        except ValueError:
+            k = k + 1
+        return y * k
+    cf = ds.compile(f)
+    for n in (2, 3):
+        torch.testing.assert_close(cf(torch.ones(n)), f(torch.ones(n)))
+    assert not cf.stats.graph_breaks and cf.stats.compiles >= 1
