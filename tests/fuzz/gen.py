@@ -354,12 +354,65 @@ def _again(g):
     return s.lines[0].split(" = ", 1)[1], s.src
 
 
+def _try(g):
+    """A `try:` block around 1-3 statements, its `except` branch giving the value another one: a trace
+    that raises where eager does not (a graph break, a decision on data: `len(t.nonzero())`, `.item()`)
+    and goes down the `except` branch returns a wrong result. Some bodies raise in eager too for some
+    sizes (a matmul whose sizes disagree, a `view` that does not divide, `math.sqrt` of a negative):
+    the compiled function must take the `except` branch on exactly those calls. A narrower handler
+    (`except RuntimeError:`) lets the others through, as eager does."""
+    rng = g.rng
+    t = g.tensor(min_rank=1)
+    u = g.tensor(min_rank=1, prefer_input=True)
+    n, k = g.int_name(), rng.choice([2, 3])
+    groups = {
+        "data": [  # decided on data, or a graph break, in the trace; eager never raises
+            "{t} + len({t}.nonzero())", "{t} * int(({t} > 0).sum())", "{t} * {t}.sum().item()", "{t}[{t} > 0]",
+            "{t} - float({t}.amax())", "torch.tensor({t}.flatten()[:3].tolist())", "{t} * sum({t}.flatten()[:4].tolist())",
+            "{t}[: int(({t} > 0).sum())]", "{t}.flatten()[{t}.flatten().argmax().item():]",
+            "{t} * (1.0 if 'torch' in globals() else 2.0)", "{t}.nonzero().float()", "{t} * bool({t}.sum() > 0)",
+            "{t}.new_zeros(({t} > 0).sum().item())",
+        ],
+        "raise": [  # eager raises for some sizes (or data): the except branch is eager's path there
+            "{t} @ {u}", "{t} @ {u}.mT", "{t} + {u}", "{t}.view({k}, -1)", "{t}.reshape(-1, {k})",
+            "{t}.unflatten(0, ({k}, -1))", "torch.cat([{t}, {u}], -1)", "torch.stack([{t}, {u}])",
+            "{t} * math.sqrt({t}.size(0) - 3)", "{t} * math.log({n})", "{t}.narrow(0, 1, 2)",
+            "{t}.expand({k}, *{t}.shape[1:])", "{t}.split({k})[1]", "{t}.view(int(({t} > 0).sum()), -1)",
+            "{t}[{n}]", "{t} / ({t}.size(-1) - {n})",
+        ],
+        "plain": ["{t} * 2", "{t}.relu()", "{t}.cumsum(0)", "{t}.flip(0)", "{t}.softmax(-1)", "{t} + 1",
+                  "{t}.sum(0)", "{t}.transpose(0, -1)", "{t}[1:]"],
+    }
+    conds = ["{t}.sum() > 0", "({t} > 0.5).any()", "int(({t} > 0).sum()) % 2 == 0", "{t}.nonzero().size(0) > 2",
+             "{t}.size(0) > {n}", "{t}.sum().item() < 0"]
+    body, cur = [], t
+    for _ in range(rng.choice([1, 1, 2, 2, 3])):
+        kind = rng.choices(["data", "raise", "plain", "if"], [3, 3, 2, 1])[0]
+        if kind == "if":  # a branch on data inside the try: speculation meets the handler
+            a, b = rng.sample(["{t} * 2", "{t} + 1", "{t}.flip(0)", "-{t}", "{t}.exp()"], 2)
+            body += [f"if {rng.choice(conds)}:", "    {out} = " + a, "else:", "    {out} = " + b]
+        else:
+            body.append("{out} = " + rng.choice(groups[kind]))
+        body = [ln.replace("{t}", cur).replace("{u}", u).replace("{n}", n).replace("{k}", str(k)) for ln in body]
+        cur = "{out}"
+    ranks = g.ranks(body)  # the except branch keeps the rank the body gives on the reference sizes
+    alts = ["{t} * 0.5", "-{t}", "{t} + 2", "{t}.flip(0)", "torch.zeros_like({t})", "{t}.abs()",
+            "{t}.flatten() * 0.5", "{t}.sum(0)", "{t}[:1] - 1", "{t}.unsqueeze(0)", "{t}.reshape(-1, 1)"]
+    rng.shuffle(alts)
+    alt = next((a.format(t=t) for a in alts if not ranks or g.ranks(["{out} = " + a.format(t=t)]) == ranks), None)
+    if alt is None:
+        return None
+    handler = rng.choice(["Exception", "Exception", "Exception", "RuntimeError", "(ValueError, RuntimeError)"])
+    return ["try:"] + ["    " + ln for ln in body] + [f"except {handler}:", "    {out} = " + alt], t
+
+
 TEMPLATES = [(_pointwise, 3), (_binary, 3), (_reduce, 2), (_view, 4), (_slice, 2), (_index, 1), (_join, 2),
              (_split, 1), (_matmul, 1), (_norm, 2), (_arange, 1), (_datadep, 1), (_ints, 2), (_branch, 1), (_scalar, 1),
              (_inplace, 0.3), (_again, 2)]
 DATA_BRANCHES = TEMPLATES + [(_data_branch, 1)]  # the driver's mix: also branches on data (speculation)
 HALF = [(_half, 1)]  # and half types (inference only: a half-type gradient differs from eager's by the type's
 # rounding, past float32's tolerance). Kept apart so that a seed's program from before stays the same.
+CATCH = [(_try, 1)]  # and `try:` / `except` around statements that may raise (in the trace or in eager)
 
 
 class Generator:
@@ -388,6 +441,23 @@ class Generator:
 
     def int_name(self) -> str:
         return self.rng.choice(self.ints) if self.ints else str(self.rng.randint(1, 4))
+
+    def ranks(self, lines: list) -> set:
+        """The ranks of the tensor that `lines` assign to `{out}`, over the reference environments
+        where they run (a template's look ahead; `_candidate` still judges the whole statement)."""
+        code = "\n".join(ln.replace("{out}", "_out") for ln in lines)
+        out = set()
+        for env in self.refs:
+            env2 = dict(env)
+            try:
+                with warnings.catch_warnings(), torch.enable_grad():
+                    warnings.simplefilter("ignore")
+                    exec(code, self.globals, env2)
+            except Exception:  # noqa: BLE001  (what the statement's handler may catch)
+                continue
+            if isinstance(env2.get("_out"), torch.Tensor):
+                out.add(env2["_out"].dim())
+        return out
 
     # -- program
     def program(self) -> Program:
@@ -501,6 +571,7 @@ class Generator:
         return Stmt(lines, out, src)
 
 
-def generate(seed: int, exclude: str | None = None, data_branches: bool = False, half: bool = False) -> Program:
-    templates = (DATA_BRANCHES if data_branches else TEMPLATES) + (HALF if half else [])
+def generate(seed: int, exclude: str | None = None, data_branches: bool = False, half: bool = False,
+             catch: bool = False) -> Program:
+    templates = (DATA_BRANCHES if data_branches else TEMPLATES) + (HALF if half else []) + (CATCH if catch else [])
     return Generator(seed, exclude=exclude, templates=templates).program()

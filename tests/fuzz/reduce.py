@@ -3,7 +3,7 @@
 "The same way" is the failure's signature: its class and exception type(s),
 under the mode it failed in. The reducer drops calls before the failing one,
 statements (a dropped statement's name is replaced by its main operand),
-`if` blocks (kept to one branch), returned values, unused inputs, constants,
+`if` blocks (kept to one branch), `try:` blocks (kept to their body or their handler's), returned values, unused inputs, constants,
 and shrinks the failing call's sizes, each step kept only if the program still
 fails with the same signature. A training failure keeps its backend and tries the
 plain phase, simpler input grads (a leaf for `leaf * 1`) and grad-mode blocks unwrapped.
@@ -121,13 +121,19 @@ class Reducer:
             chunk //= 2
 
     def _branches(self):
+        """`if` blocks kept to one branch; `try:` blocks to their body (dedented) or their handler's."""
         for i in range(len(self.prog.body)):
             s = self.prog.body[i]
-            if not s.lines[0].startswith("if "):
+            if s.lines[0].startswith("if "):
+                options = [[s.lines[1].strip()], [s.lines[3].strip()]]
+            elif s.lines[0] == "try:":
+                h = next(j for j, ln in enumerate(s.lines) if ln.startswith("except"))
+                options = [[ln[4:] for ln in s.lines[1:h]], [ln[4:] for ln in s.lines[h + 1:]]]
+            else:
                 continue
-            for keep in (s.lines[1], s.lines[3]):
+            for keep in options:
                 p = copy.deepcopy(self.prog)
-                p.body[i] = Stmt([keep.strip()], s.out, s.src)
+                p.body[i] = Stmt(keep, s.out, s.src)
                 if self.try_(p, self.calls):
                     break
 
@@ -281,7 +287,8 @@ def _statements(lines: list, shape: list) -> list:
 
 
 def _parse_statements(lines: list) -> list:
-    """Statements of an inference script: `if` blocks are four lines, `v.add_(1)` goes with `v = ...`."""
+    """Statements of an inference script: `if` blocks are four lines, a `try:` block runs to the end of
+    its handler, `v.add_(1)` goes with `v = ...`."""
     body: list = []
     i = 0
     while i < len(lines):
@@ -289,6 +296,13 @@ def _parse_statements(lines: list) -> list:
         if ln.startswith("if "):
             body.append(Stmt(lines[i:i + 4], lines[i + 1].split("=")[0].strip()))
             i += 4
+        elif ln == "try:":
+            j = next(j for j in range(i + 1, len(lines)) if lines[j].startswith("except"))
+            j += 1
+            while j < len(lines) and lines[j].startswith(" "):
+                j += 1
+            body.append(Stmt(lines[i:j], lines[j - 1].split("=")[0].strip()))
+            i = j
         elif body and ln.startswith(body[-1].out + "."):
             body[-1].lines.append(ln)
             i += 1

@@ -4,6 +4,8 @@ Each case is a reduced program, its inputs, the calls that expose it and the `dy
 runner compares compiled with eager on every call. Cases still failing on main (OPEN) are xfail;
 the others failed on main at a9ab74a and pass since the issue 10 fixes (merged at 5ef06ea).
 """
+import re
+
 import pytest
 
 from tests.fuzz.gen import Call, Input, Program, Stmt
@@ -136,6 +138,28 @@ CASES = {
         ["v1 = torch.cat([F.pad(y, (1, 1, 0, 1))] * 2, 1)", "v9 = v1.reshape(-1)[..., 1::2]",
          "v12 = v9.narrow(-1, 0, v9.size(-1) // 2)"], ["v12"], [Input("y", "float", ("C", "D"))],
         [({"C": 0, "D": 0}, 0), ({"C": 1, "D": 1}, 0), ({"C": 2, "D": 3}, 0)], None),
+    # ---- the `try:` template (gen._try): what the trace raises into a program that catches it (findings.md)
+    "sqrt_of_a_negative_size_caught_is_not_guarded": (  # T1: the graph runs math.sqrt(s0 - 3) outside the try
+        ["try:\n    v0 = y * math.sqrt(y.size(0) - 3)\nexcept ValueError:\n    v0 = y[:1] - 1"], ["v0"],
+        [Input("y", "float", ("A",))], [({"A": 3}, 0), ({"A": 2}, 0)], True),
+    "sqrt_of_a_negative_size_caught_at_trace_time_is_not_guarded": (  # T1: the handler's path, then A=5
+        ["try:\n    v0 = y * math.sqrt(y.size(0) - 3)\nexcept ValueError:\n    v0 = y[:1] - 1"], ["v0"],
+        [Input("y", "float", ("A",))], [({"A": 3}, 0), ({"A": 2}, 0), ({"A": 5}, 0)], None),
+    "expand_of_a_data_dependent_size_asserts_outside_the_try": (  # T2: the runtime check escapes the handler
+        ["v0 = y[torch.arange(y.size(0)) % 1 == 0]", "try:\n    v1 = v0.expand(1)\nexcept RuntimeError:\n    v1 = v0[:1] - 1"],
+        ["v1"], [Input("y", "float", ("A",))], [({"A": 2}, 0)], True),
+    "argmax_of_an_empty_data_dependent_tensor_raises_outside_the_try": (  # T2: the graph's argmax raises
+        ["try:\n    v0 = y[y > 100]\n    v0 = v0[v0.argmax().item():]\nexcept Exception:\n    v0 = y[:1] - 1"], ["v0"],
+        [Input("y", "float", ("A",))], [({"A": 3}, 0)], None),
+    "a_tensor_times_a_sum_of_tolist_raises_a_type_error_the_program_catches": (  # T3: FakeTensor * SymFloat
+        ["try:\n    v0 = y * sum(y.flatten()[:1].tolist())\nexcept Exception:\n    v0 = y * 0.5"], ["v0"],
+        [Input("y", "float", ("A",))], [({"A": 3}, 0)], None),
+    "argmax_of_an_empty_tensor_raises_a_runtime_error_the_program_catches": (  # T4: eager raises IndexError
+        ["try:\n    v0 = y.flatten()[y.flatten().argmax().item():]\nexcept RuntimeError:\n    v0 = y.reshape(-1) * 0.5"],
+        ["v0"], [Input("y", "float", ("A", "B"))], [({"A": 0, "B": 2}, 0)], None),
+    "speculation_key_error_caught_by_the_program": (  # T5: tracing/speculate.py's KeyError, into the program
+        ["v0 = x.view(x.size(0), -1)", "try:\n    v1 = v0 * int((v0 > 0).sum())\nexcept Exception:\n    v1 = v0 * 0.5"],
+        ["v1"], [Input("x", "float", ("A", "B"))], [({"A": 0, "B": 0}, 0), ({"A": 3, "B": 1}, 0)], None),
 }
 
 
@@ -143,12 +167,18 @@ OPEN: set = set()  # cases still failing on main (none)
 
 
 def _program(stmts, ret, inputs) -> Program:
-    body = [Stmt(s.split("\n"), s.split("=")[0].strip()) for s in stmts]
+    body = [Stmt(s.split("\n"), _name(s)) for s in stmts]
     return Program(inputs, body, ret)
 
 
+def _name(stmt: str) -> str:
+    """The name a statement assigns (a `try:` block's too)."""
+    m = re.search(r"^\s*(\w+) = ", stmt, re.M)
+    return m.group(1) if m else stmt.split("=")[0].strip()
+
+
 @pytest.mark.parametrize("name", [
-    pytest.param(n, marks=pytest.mark.xfail(strict=False, reason="issue 10 fixes in progress on main"))
+    pytest.param(n, marks=pytest.mark.xfail(strict=False, reason="open: findings.md"))
     if n in OPEN else n for n in CASES])
 def test_fuzz_finding_matches_eager(name):
     stmts, ret, inputs, calls, mode = CASES[name]
