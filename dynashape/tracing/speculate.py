@@ -95,6 +95,11 @@ class RealValues:
         self._run_to_end()
         if any(str(s) not in self.symbols for s in expr.free_symbols):
             return None
+        return self._eval(expr, pytype)
+
+    def _eval(self, expr, pytype):
+        """`expr` on the symbols bound so far; never runs nodes (a node's argument is evaluated in the
+        middle of the run: running on from there would reach nodes that read the one not yet done)."""
         src = pyexpr(expr, str, integer=pytype is int) if pytype is int else pyexpr(expr, str)
         code = self._exprs.get(src)
         if code is None:
@@ -109,8 +114,8 @@ class RealValues:
         with torch._C.DisableTorchFunction(), torch.no_grad():
             while self.pos < len(nodes):
                 n = nodes[self.pos]
-                self.pos += 1
                 self.values[n] = self._one(n)
+                self.pos += 1  # only once it has a value: a node that raised raises again, as eager would
 
     def _one(self, n):
         g = self.graph
@@ -147,7 +152,10 @@ class RealValues:
             def real(a):
                 if isinstance(a, g.Node):
                     return self.values[a]
-                return self.expr(a.expr, a.pytype)
+                unbound = sorted(str(s) for s in a.expr.free_symbols if str(s) not in self.symbols)
+                if unbound:  # the graph reads a symbol before the node that binds it
+                    raise RuntimeError(f"{n.name} reads {', '.join(unbound)} before it is bound")
+                return self._eval(a.expr, a.pytype)
             args = g.map_args(n.args, real)
             kwargs = g.map_args(n.kwargs, real)
             return n.target(*args, **kwargs)
