@@ -76,12 +76,13 @@ def watching_errors():
             return Local(out)
 
         handlers, _local.handlers = getattr(_local, "handlers", False), False
+        edge, _local.edge = getattr(_local, "edge", None), sys._getframe(2)  # the frame that runs the function
         sys.settrace(hook)
         try:
             yield
         finally:
             sys.settrace(prev)
-            _local.handlers = handlers
+            _local.handlers, _local.edge = handlers, edge
     refuse_swallowed(noted)
 
 
@@ -89,8 +90,8 @@ def inside_user_try():
     """The user's frame whose `try:` (with an `except`) the trace is in now, or None."""
     if not getattr(_local, "handlers", False):
         return None
-    f = sys._getframe(1)
-    while f is not None:
+    f, edge = sys._getframe(1), _local.edge
+    while f is not None and f is not edge:  # (a `try:` around the compiled function's call catches its errors)
         code = f.f_code
         if _catching(code) and not is_library_file(code.co_filename) and _caught_at(code, f.f_lasti):
             return f

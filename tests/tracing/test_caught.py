@@ -158,3 +158,24 @@ def test_with_and_finally_blocks_and_the_user_s_own_errors_stay_compiled():
     for n in (2, 3):
         torch.testing.assert_close(cf(torch.ones(n)), f(torch.ones(n)))
     assert not cf.stats.graph_breaks and cf.stats.compiles >= 1
+
+
+def test_a_try_around_the_compiled_function_s_call_does_not_count():
+    """The caller's handler does catch what the compiled code raises: only `try:` blocks inside the
+    function count (a training loop's `except KeyboardInterrupt:` made every step eager)."""
+    table = {}
+
+    def f(x):
+        try:  # a handler in the function (not around an op): the frames are looked at
+            k = table["k"]
+        except KeyError:
+            k = 2
+        return x[x > 0].sum() * k + x.argmax()
+    cf = ds.compile(f)
+    try:
+        for n in (3, 4):
+            x = torch.arange(float(n)) - 1
+            torch.testing.assert_close(cf(x), f(x))
+    except KeyboardInterrupt:
+        pass
+    assert not cf.stats.graph_breaks, cf.stats.graph_breaks
