@@ -16,7 +16,7 @@ library, transformers and dynashape are not walked: their globals are taken as c
 
 An attribute of a module read by name at run time (`getattr(helpers, "SCALE")`,
 `sys.modules["helpers"].SCALE`, `importlib.import_module(name).SCALE`) is not in any code's names:
-for the trace's duration the user's modules are of a subclass of ModuleType (`_Watched`) whose
+for the trace's duration the user's modules are of a subclass of ModuleType (`WatchedModule`) whose
 attribute reads are walked like globals, an absent one guarded absent. A user module imported for
 the first time by the trace (its body would run under the trace, and its stores be replayed on
 every call) makes that call run eagerly; the next call traces again.
@@ -32,7 +32,6 @@ import dis
 import functools
 import sys
 import sysconfig
-import threading
 import types
 
 import torch
@@ -41,10 +40,9 @@ from ..symbolic.sources import (AttrSource, CellSource, ClosureSource, GlobalSou
                                 NamespaceSource)
 from ..tracing.errors import GraphBreak
 from ..tracing.inputs import ValueInput
-from ..tracing.pyenv import user_globals, user_type
+from ..tracing.pyenv import ABSENT as _MISSING, WatchedModule, user_globals, user_type, watchers
 from .code_info import _attr_chains, _global_names
 
-_MISSING = object()
 _LIBRARIES = frozenset(sys.stdlib_module_names) | {"torch", "numpy", "sympy", "dynashape", "transformers",
                                                     "typing_extensions"}
 
@@ -63,7 +61,7 @@ class Outer:
         self._chained: set = set()  # (id(globals dict), name, attributes) walked
         self._injected: list = []  # (globals dict, name) given a builtin of ours for the trace's duration
         self._seen: list = []
-        self._watched: list = []  # modules made _Watched for the trace's duration
+        self._watched: list = []  # modules made WatchedModule for the trace's duration
         self._later: list = []  # modules met before it (`prepare`): watched when it starts
         state.on_module = self.watch
 
@@ -132,7 +130,7 @@ class Outer:
             state.root(v, src)
 
     def _chains(self, chains, g: dict, source) -> None:
-        for root, attrs in chains:  # Cfg.scale: the attribute read, not the class (a module's: `_Watched`)
+        for root, attrs in chains:  # Cfg.scale: the attribute read, not the class (a module's: `WatchedModule`)
             if (id(g), root, attrs) in self._chained:
                 continue
             self._chained.add((id(g), root, attrs))
@@ -192,8 +190,8 @@ class Outer:
                 codes.add(frame.f_code)
                 met(frame.f_globals, frame.f_code)
             return prev(frame, event, arg) if prev is not None else None
-        outer_before = getattr(_active, "outer", None)
-        _active.outer = self
+        outer_before = getattr(watchers, "outer", None)
+        watchers.outer = self
         for m in list(sys.modules.values()) + self._later:
             if type(m) is types.ModuleType and _user_module(m):
                 self.watch(m)
@@ -202,9 +200,9 @@ class Outer:
             yield
         finally:
             sys.settrace(prev)
-            _active.outer = outer_before
+            watchers.outer = outer_before
             for m in self._watched:
-                if type(m) is _Watched:
+                if type(m) is WatchedModule:
                     m.__class__ = types.ModuleType
             self._watched.clear()
             for g, name in self._injected:
@@ -213,13 +211,13 @@ class Outer:
             self._injected.clear()
 
     def watch(self, m) -> None:
-        """A user module whose attribute reads are walked while the trace runs (see `_Watched`)."""
+        """A user module whose attribute reads are walked while the trace runs (see `WatchedModule`)."""
         if type(m) is not types.ModuleType or _library(m):
             return
-        if getattr(_active, "outer", None) is not self:
+        if getattr(watchers, "outer", None) is not self:
             self._later.append(m)
             return
-        m.__class__ = _Watched
+        m.__class__ = WatchedModule
         self._watched.append(m)
 
     def attribute(self, m, name: str, v) -> None:
@@ -276,31 +274,6 @@ class Outer:
             self.state.module(m, src)
 
 
-_active = threading.local()  # .outer: the Outer of the trace running on this thread
-
-
-class _Watched(types.ModuleType):
-    """A user's module while a trace runs: each attribute read by name (`getattr(m, "SCALE")`) is
-    walked (`Outer.attribute`) before the value is used. Dunder names are the module's machinery,
-    except `__dict__`, through which any name can be read (`Outer.whole`)."""
-
-    def __getattribute__(self, name):
-        outer = getattr(_active, "outer", None)
-        if outer is None or name[:2] == "__" and name != "__dict__":
-            return types.ModuleType.__getattribute__(self, name)
-        try:
-            v = types.ModuleType.__getattribute__(self, name)
-        except AttributeError:
-            outer.attribute(self, name, _MISSING)
-            raise
-        if name == "__dict__":
-            if not _library_globals(sys._getframe(1).f_globals):  # (inspect's, dataclasses': not the user's reads)
-                outer.whole(self)
-        else:
-            outer.attribute(self, name, v)
-        return v
-
-
 def _dict_of(m) -> dict:
     return types.ModuleType.__getattribute__(m, "__dict__")
 
@@ -327,7 +300,7 @@ _USER: dict = {}  # id(module) -> (module, whether it is the user's)
 def _user_module(m) -> bool:
     hit = _USER.get(id(m))
     if hit is None or hit[0] is not m:
-        hit = _USER[id(m)] = (m, isinstance(m, types.ModuleType) and not _library_globals(vars(m)))
+        hit = _USER[id(m)] = (m, isinstance(m, types.ModuleType) and not _library_globals(_dict_of(m)))
     return hit[1]
 
 

@@ -30,10 +30,11 @@ import contextlib
 import os
 import sys
 import threading
+import types
 
 import torch
 
-from ..symbolic.userloc import user_location
+from ..symbolic.userloc import is_library_file, user_location
 from . import pyrandom
 from .errors import GraphBreak
 from .state import current_tracer
@@ -103,6 +104,8 @@ class _TypeMeta(type):
         t = _orig_type(args[0])
         if t is IteratorStandIn:
             return _orig_type(args[0]._it)
+        if t is WatchedModule:
+            return types.ModuleType
         pytype = _PYTYPE.get(t)
         if pytype is not None:
             return pytype
@@ -153,6 +156,33 @@ class IteratorStandIn:
 
 
 _PYTYPE[IteratorStandIn] = IteratorStandIn
+
+
+watchers = threading.local()  # .outer: what walks module attribute reads in this thread's trace
+ABSENT = object()
+
+
+class WatchedModule(types.ModuleType):
+    """A user's module while a trace runs (runtime/outer.py swaps its class): each attribute read by
+    name (`getattr(m, "SCALE")`, `sys.modules[name].SCALE`) is walked (`outer.attribute`) before the
+    value is used. Dunder names are the module's machinery, except `__dict__`, through which the
+    user's code can read any name (`outer.whole`). The user's `type(m)` is ModuleType."""
+
+    def __getattribute__(self, name):
+        outer = getattr(watchers, "outer", None)
+        if outer is None or name[:2] == "__" and name != "__dict__":
+            return types.ModuleType.__getattribute__(self, name)
+        try:
+            v = types.ModuleType.__getattribute__(self, name)
+        except AttributeError:
+            outer.attribute(self, name, ABSENT)
+            raise
+        if name == "__dict__":
+            if not is_library_file(sys._getframe(1).f_code.co_filename):  # (inspect's, dataclasses': not reads)
+                outer.whole(self)
+        else:
+            outer.attribute(self, name, v)
+        return v
 
 
 def user_globals():

@@ -321,3 +321,12 @@ def test_an_attribute_of_a_module_not_in_sys_modules_read_by_name_is_guarded():
         return x * getattr(h, "SCALE")
     '''
     _run(src, ["", "h.SCALE = 5.0", "h.SCALE = -1"], ["h.SCALE"])
+
+
+def test_a_module_s_type_is_module_type_while_its_reads_are_watched(two):
+    src = '''
+    import types
+    def f(x):
+        return x * 2 if type(h) is types.ModuleType and isinstance(h, types.ModuleType) else x * 3
+    '''
+    _run(src, [], [], helpers=two, calls=2)
