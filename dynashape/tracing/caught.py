@@ -18,7 +18,7 @@ torch function raises on an argument check its guards decided) are theirs to cat
 The other way round: an op recorded inside the user's `try:` (one whose `except` catches) may raise
 when the compiled code runs (argmax of a tensor whose size depends on data, a check on such a
 size, an index read from data): the error would leave the compiled code, not reach the handler.
-Such a trace is a graph break too (`inside_user_try`, asked by the tracer for each op and check it
+Such a trace is a graph break too (`in_user_try`, asked by the tracer for each op and check it
 records; answered at once when no code of the trace has a handler).
 """
 from __future__ import annotations
@@ -86,7 +86,26 @@ def watching_errors():
     refuse_swallowed(noted)
 
 
-def inside_user_try():
+def in_user_try(what):
+    """(what, frame) when the op or check being recorded (`what`: its name, or a function that says
+    it) is inside the user's `try:` with an `except`, else None."""
+    frame = _inside_user_try()
+    if frame is None:
+        return None
+    return (what() if callable(what) else what, frame)
+
+
+def refuse_in_try(in_try) -> None:
+    if in_try is None:
+        return
+    what, frame = in_try
+    raise GraphBreak(f"{what} inside a `try:` whose `except` would catch what it raises: an error it raises when "
+                     "the compiled code runs would leave the compiled code instead", location_at(frame, frame.f_lineno),
+                     "What to do: move the try/except out of the compiled function, or compile the code inside "
+                     "the `try:` on its own.")
+
+
+def _inside_user_try():
     """The user's frame whose `try:` (with an `except`) the trace is in now, or None."""
     if not getattr(_local, "handlers", False):
         return None

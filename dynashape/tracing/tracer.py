@@ -20,9 +20,9 @@ import torch
 from ..symbolic.shape_env import DimConstraint, DimDynamic, ShapeEnv
 from ..symbolic.sources import ItemSource, ModuleMemberSource, SizeSource, Source
 from ..symbolic.symtypes import SymBase
-from ..symbolic.userloc import location_at, user_location
+from ..symbolic.userloc import user_location
 from .datadep import with_history
-from .caught import inside_user_try, watching_errors
+from .caught import in_user_try, refuse_in_try, watching_errors
 from .errors import GraphBreak
 from . import autocast, meta_cache, op_memo
 from .fake import FakeTensor, make_fake
@@ -283,13 +283,7 @@ class Tracer:
         self._in_try = None
         with watching_errors(), tracing_scope(self), intercept_global_state(self), TracingMode(self):
             out = fn(*args, **kwargs)
-        if self._in_try is not None:
-            what, frame = self._in_try
-            raise GraphBreak(f"{what} inside a `try:` whose `except` would catch what it raises: an error it raises "
-                             "when the compiled code runs would leave the compiled code instead",
-                             location_at(frame, frame.f_lineno),
-                             "What to do: move the try/except out of the compiled function, or compile the code "
-                             "inside the `try:` on its own.")
+        refuse_in_try(self._in_try)
         self.graph.exit_grad = torch.is_grad_enabled()  # `torch.set_grad_enabled(False)` outlives the call
         if self.mutates_input:
             self._refuse_shared_memory()
@@ -546,9 +540,7 @@ class Tracer:
                         else None) if outs else None
         short = _short_name(func)
         if self._in_try is None:
-            frame = inside_user_try()
-            if frame is not None:
-                self._in_try = (_fname(func), frame)
+            self._in_try = in_user_try(_fname(func))
         node = self.graph.call(func, ir_args, ir_kwargs, meta, user_location(),
                                torch.is_grad_enabled(), name_hint=short)
         # an in-place op returns the tensor it changed: the same fake (maybe resized). An op that
@@ -707,9 +699,7 @@ class Tracer:
     def _emit_assert(self, expr, message, loc, error=RuntimeError, exact: bool = False) -> None:
         from .checks import ERRORS, runtime_check
         if self._in_try is None:
-            frame = inside_user_try()
-            if frame is not None:
-                self._in_try = (f"the check `{self.env.describe(expr)}`", frame)
+            self._in_try = in_user_try(lambda: f"the check `{self.env.describe(expr)}`")
         text = message or f"check `{self.env.describe(expr)}` failed"
         if loc is not None and not exact:
             text += f" (at {loc})"
