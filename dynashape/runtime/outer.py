@@ -130,13 +130,13 @@ class Outer:
             state.root(v, src)
 
     def _chains(self, chains, g: dict, source) -> None:
-        for root, attrs in chains:  # Cfg.scale: the attribute read, not the class (a module's: `WatchedModule`)
-            if (id(g), root, attrs) in self._chained:
-                continue
+        for root, attrs in chains:  # settings.Cfg.scale, Cfg.scale: the attribute read, not the class
+            if (id(g), root, attrs) in self._chained:  # (a module's own attributes are WatchedModule's too;
+                continue  # a class's are read without its module seeing them)
             self._chained.add((id(g), root, attrs))
             v = g.get(root, _MISSING)
             src = source(root)
-            if _library(v) or isinstance(v, types.ModuleType):
+            if _library(v):
                 continue
             for a in attrs:
                 if not isinstance(v, (types.ModuleType, type)):

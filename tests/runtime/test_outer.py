@@ -38,6 +38,10 @@ def weighted(x):
 class Net(torch.nn.Module):
     def forward(self, x):
         return x * 2 if FAST else x * 3
+
+
+class Cfg:
+    scale = 2.0
 '''
 
 
@@ -330,3 +334,12 @@ def test_a_module_s_type_is_module_type_while_its_reads_are_watched(two):
         return x * 2 if type(h) is types.ModuleType and isinstance(h, types.ModuleType) else x * 3
     '''
     _run(src, [], [], helpers=two, calls=2)
+
+
+def test_a_class_attribute_read_through_a_module_is_guarded(two):
+    """`h.Cfg.scale`: the module sees `Cfg` read, not `scale` (shared/bugs python_state repro_06)."""
+    src = '''
+    def f(x):
+        return x * h.Cfg.scale
+    '''
+    _run(src, ["", "h.Cfg.scale = 7.0", "h.Cfg.scale = -1"], [], helpers=two)
