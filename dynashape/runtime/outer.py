@@ -40,7 +40,8 @@ from ..symbolic.sources import (AttrSource, CellSource, ClosureSource, GlobalSou
                                 NamespaceSource)
 from ..tracing.errors import GraphBreak
 from ..tracing.inputs import ValueInput
-from ..tracing.pyenv import ABSENT as _MISSING, WatchedModule, user_globals, user_type, watchers
+from ..tracing.pyenv import (ABSENT as _MISSING, WatchedModule, user_delattr, user_globals, user_setattr, user_type,
+                              watchers)
 from .code_info import _attr_chains, _global_names
 
 _LIBRARIES = frozenset(sys.stdlib_module_names) | {"torch", "numpy", "sympy", "dynashape", "transformers",
@@ -239,6 +240,10 @@ class Outer:
         for s, mod in self.modules[before:]:
             self.state.module(mod, s)
 
+    def stores(self, name: str) -> None:
+        """A name the user's code stores by `setattr`/`delattr` (not in its bytecode's store names)."""
+        self.state.stored.add(name)
+
     def whole(self, m) -> None:
         """`vars(m)` / `m.__dict__` read by the user's code: what is read through the dict bypasses the
         reads walked by name, so every name there is walked."""
@@ -293,7 +298,7 @@ def _library_globals(g: dict) -> bool:
     return isinstance(f, str) and (f.startswith(_INSTALLED) or "site-packages" in f or "dist-packages" in f)
 
 
-_INJECT = {"type": user_type, "globals": user_globals}
+_INJECT = {"type": user_type, "globals": user_globals, "setattr": user_setattr, "delattr": user_delattr}
 _USER: dict = {}  # id(module) -> (module, whether it is the user's)
 
 

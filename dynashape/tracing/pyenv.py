@@ -158,6 +158,24 @@ class IteratorStandIn:
 _PYTYPE[IteratorStandIn] = IteratorStandIn
 
 
+def user_setattr(obj, name, value):
+    """`setattr` as the user's code calls it while a trace runs: the name is one the code stores
+    (`outer.stores`): a store of the value already there leaves no difference to replay, so such a
+    name is guarded instead (`setattr(h, "EXTRA", n)` with EXTRA already n, then removed by the caller)."""
+    outer = getattr(watchers, "outer", None)
+    if outer is not None and type(name) is str:
+        outer.stores(name)
+    return _orig_setattr(obj, name, value)
+
+
+def user_delattr(obj, name):
+    outer = getattr(watchers, "outer", None)
+    if outer is not None and type(name) is str:
+        outer.stores(name)
+    return _orig_delattr(obj, name)
+
+
+_orig_setattr, _orig_delattr = builtins.setattr, builtins.delattr
 watchers = threading.local()  # .outer: what walks module attribute reads in this thread's trace
 ABSENT = object()
 

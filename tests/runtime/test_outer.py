@@ -343,3 +343,15 @@ def test_a_class_attribute_read_through_a_module_is_guarded(two):
         return x * h.Cfg.scale
     '''
     _run(src, ["", "h.Cfg.scale = 7.0", "h.Cfg.scale = -1"], [], helpers=two)
+
+
+def test_a_setattr_of_the_value_already_there_is_redone_after_the_caller_removes_it(two):
+    """`setattr(h, "EXTRA", n)` is no store in the bytecode: a trace that found EXTRA already n left
+    nothing to replay and guarded nothing (state fuzzer, seed 25112980)."""
+    src = '''
+    def f(x):
+        setattr(h, "EXTRA", 5)
+        return x + 1
+    '''
+    _run(src, ["", "", "del h.EXTRA", "", "h.EXTRA = 1"], ["getattr(h, 'EXTRA', None)"], helpers=two, calls=5,
+         grow=True)
