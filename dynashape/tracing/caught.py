@@ -92,15 +92,15 @@ def in_user_try(what):
     frame = _inside_user_try()
     if frame is None:
         return None
-    return (what() if callable(what) else what, frame)
+    return (what() if callable(what) else what, frame, frame.f_lineno)
 
 
 def refuse_in_try(in_try) -> None:
     if in_try is None:
         return
-    what, frame = in_try
+    what, frame, lineno = in_try
     raise GraphBreak(f"{what} inside a `try:` whose `except` would catch what it raises: an error it raises when "
-                     "the compiled code runs would leave the compiled code instead", location_at(frame, frame.f_lineno),
+                     "the compiled code runs would leave the compiled code instead", location_at(frame, lineno),
                      "What to do: move the try/except out of the compiled function, or compile the code inside "
                      "the `try:` on its own.")
 
@@ -126,16 +126,25 @@ def _catching(code) -> tuple:
     if table is None or not code.co_exceptiontable:
         return ()
     entries = tuple((e.start, e.end, e.target) for e in table(code))
-    ops = {i.offset: i.opname for i in dis.get_instructions(code)}
+    ops = _ops(code)
     return entries if any(_catches(ops, t) for _, _, t in entries) else ()
 
 
-def _catches(ops: dict, target: int) -> bool:
+@functools.lru_cache(maxsize=4096)
+def _ops(code) -> tuple:
+    """({offset: index}, [opname, ...]) of the code's instructions (inline caches left out)."""
+    names = [(i.offset, i.opname) for i in dis.get_instructions(code)]
+    return {o: k for k, (o, _) in enumerate(names)}, [n for _, n in names]
+
+
+def _catches(ops: tuple, target: int) -> bool:
     """The handler at `target` is an `except` clause (not a with block's exit, a finally, a cleanup)."""
-    if ops.get(target) != "PUSH_EXC_INFO":
+    index, names = ops
+    k = index.get(target)
+    if k is None or names[k] != "PUSH_EXC_INFO":
         return False
-    nxt = [ops.get(target + 2 * k) for k in range(1, 8)]
-    return nxt[0] == "POP_TOP" or any(op in ("CHECK_EXC_MATCH", "CHECK_EG_MATCH") for op in nxt)
+    nxt = names[k + 1:k + 8]
+    return nxt[:1] == ["POP_TOP"] or any(op in ("CHECK_EXC_MATCH", "CHECK_EG_MATCH") for op in nxt)
 
 
 @functools.lru_cache(maxsize=65536)
@@ -143,7 +152,7 @@ def _caught_at(code, offset: int) -> bool:
     """An error at `offset` reaches an `except` of this code (through with blocks' and finally
     blocks' handlers, which re-raise)."""
     entries = _catching(code)
-    ops = {i.offset: i.opname for i in dis.get_instructions(code)}
+    ops = _ops(code)
     for _ in range(16):
         hit = next((t for a, b, t in entries if a <= offset < b), None)
         if hit is None:

@@ -179,3 +179,58 @@ def test_a_try_around_the_compiled_function_s_call_does_not_count():
     except KeyboardInterrupt:
         pass
     assert not cf.stats.graph_breaks, cf.stats.graph_breaks
+
+
+def _probe():
+    import sys
+    return sys._getframe(1).f_lasti
+
+
+def _blocks():
+    out = {}
+    try:
+        out["except Exception"] = _probe()
+    except Exception:  # noqa: BLE001
+        pass
+    try:
+        out["except (A, B)"] = _probe()
+    except (ValueError, RuntimeError):
+        pass
+    try:
+        out["bare except"] = _probe()
+    except:  # noqa: E722
+        pass
+    try:
+        with open(__file__):
+            out["with inside try"] = _probe()
+    except KeyError:
+        pass
+    with open(__file__):
+        out["with"] = _probe()
+    try:
+        out["finally"] = _probe()
+    finally:
+        pass
+    out["outside"] = _probe()
+    return out
+
+
+def test_which_blocks_catch():
+    from dynashape.tracing.caught import _caught_at
+    got = {k: _caught_at(_blocks.__code__, v) for k, v in _blocks().items()}
+    assert got == {"except Exception": True, "except (A, B)": True, "bare except": True, "with inside try": True,
+                   "with": False, "finally": False, "outside": False}, got
+
+
+def test_the_break_names_the_line_in_the_try():
+    def f(y):
+        try:
+            v = y.narrow(0, 1, 2)
+            v = v[v > 0]
+        except (ValueError, RuntimeError):
+            v = y.flatten() * 1.0
+        return v
+    cf = ds.compile(f, dynamic=True)
+    for s in [(3, 1), (1, 0), (4, 2)]:
+        torch.testing.assert_close(cf(torch.ones(s)), f(torch.ones(s)))
+    assert "y.narrow(0, 1, 2)" in cf.stats.graph_breaks[0], cf.stats.graph_breaks
