@@ -272,7 +272,7 @@ class Outer:
         source = GlobalSource if g is self.globals else functools.partial(ModuleGlobalSource, space)
         for n in new:
             v = g.get(n, _MISSING)
-            if v is not _MISSING:
+            if v is not _MISSING and v is not _INJECT.get(n):  # (ours, for the trace: not the user's global)
                 self.read(v, source(n))
         self._chains(_attr_chains(code), g, source)
         for src, m in self.modules[before:]:  # met while tracing: its state walked now

@@ -355,3 +355,22 @@ def test_a_setattr_of_the_value_already_there_is_redone_after_the_caller_removes
     '''
     _run(src, ["", "", "del h.EXTRA", "", "h.EXTRA = 1"], ["getattr(h, 'EXTRA', None)"], helpers=two, calls=5,
          grow=True)
+
+
+def test_a_builtin_given_for_the_trace_is_not_guarded_as_a_global(two):
+    """`type` and `setattr` are ours in the user's modules while a trace runs; code met only while
+    tracing (a hook, a custom op's setup_context) guarded them as globals, and every call after
+    the trace recompiled (`G['setattr'] is <the same function> failed`)."""
+    src = '''
+    class Box:
+        pass
+    def late(x):  # not named by f: first met while the trace runs
+        b = Box()
+        setattr(b, "k", 2.0 if type(x) is torch.Tensor else 3.0)
+        return x * b.k
+    hooks = [late]
+    def f(x):
+        return hooks[0](x)
+    '''
+    cf = _run(src, [], [], calls=4)
+    assert cf.stats.compiles == 1, cf.stats.recompile_reasons
