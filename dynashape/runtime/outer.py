@@ -31,13 +31,13 @@ import contextlib
 import dis
 import functools
 import sys
-import sysconfig
 import types
 
 import torch
 
 from ..symbolic.sources import (AttrSource, CellSource, ClosureSource, GlobalSource, LocalSource, ModuleGlobalSource,
                                 NamespaceSource)
+from ..symbolic.userloc import is_library_file
 from ..tracing.errors import GraphBreak
 from ..tracing.inputs import ValueInput
 from ..tracing.pyenv import (ABSENT as _MISSING, WatchedModule, user_delattr, user_globals, user_setattr, user_type,
@@ -283,9 +283,6 @@ def _dict_of(m) -> dict:
     return types.ModuleType.__getattribute__(m, "__dict__")
 
 
-_INSTALLED = tuple({p for k, p in sysconfig.get_paths().items() if k in ("stdlib", "platstdlib", "purelib", "platlib")})
-
-
 def _library_globals(g: dict) -> bool:
     """Globals of a library's module: torch's and the like by name, and any module installed in the
     standard library or site-packages (pytest's, hypothesis's gc callbacks, sympy's mpmath: code a
@@ -295,7 +292,7 @@ def _library_globals(g: dict) -> bool:
     if isinstance(name, str) and (name.split(".", 1)[0] in _LIBRARIES or name.startswith("namedtuple_")):
         return True
     f = g.get("__file__")
-    return isinstance(f, str) and (f.startswith(_INSTALLED) or "site-packages" in f or "dist-packages" in f)
+    return isinstance(f, str) and is_library_file(f)
 
 
 _INJECT = {"type": user_type, "globals": user_globals, "setattr": user_setattr, "delattr": user_delattr}

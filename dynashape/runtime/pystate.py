@@ -111,7 +111,7 @@ class PyState:
         self.ignored: set = set()  # (id(dict), key): put there for the trace only (runtime/outer.py)
         self.stored: set = set()  # names the user's code the trace ran stores as globals or attributes
         self._iterators: list = []  # (iterator, source, its position before the trace)
-        self._swaps: list = []  # (globals dict, name, the copy the trace draws from, the iterator)
+        self._swaps: list = []  # (container, key, the copy or stand-in the trace draws from, the iterator)
         self.on_module = None  # fn(module) for each module met on the way (runtime/outer.py watches its reads)
 
     # ------------------------------------------------------------ walking

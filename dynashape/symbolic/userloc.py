@@ -47,11 +47,19 @@ def is_internal(filename: str) -> bool:
 _INSTALLED = tuple({p for k, p in sysconfig.get_paths().items() if k in ("stdlib", "platstdlib", "purelib", "platlib")})
 
 
+_library: dict = {}  # filename -> is_library_file (asked at every call a trace makes)
+
+
 def is_library_file(filename: str) -> bool:
     """Code that is not the user's: dynashape's, torch's, sympy's, the standard library's or an
     installed package's (exec'd code and `<stdin>` are the user's)."""
-    return is_internal(filename) or filename.startswith(_INSTALLED) or "site-packages" in filename \
-        or filename.startswith("<frozen ")
+    r = _library.get(filename)
+    if r is None:
+        r = _library[filename] = is_internal(filename) or filename.startswith(_INSTALLED) \
+            or "site-packages" in filename or "dist-packages" in filename or filename.startswith("<frozen ")
+        if len(_library) > 4096:
+            _library.clear()
+    return r
 
 
 def is_ours(filename: str) -> bool:
