@@ -12,6 +12,7 @@ program over symbolic sizes, not over the reference values.
 """
 from __future__ import annotations
 
+import contextlib
 import math
 import random
 import re
@@ -55,7 +56,7 @@ class Program:
 
     def source(self) -> str:
         args = ", ".join(i.name for i in self.inputs)
-        lines = ["import math", "import torch", "import torch.nn.functional as F", "", ""]
+        lines = ["import contextlib", "import math", "import torch", "import torch.nn.functional as F", "", ""]
         if self.prelude:
             lines += [self.prelude.rstrip(), "", ""]
         lines.append(f"def {self.name}({args}):")
@@ -406,19 +407,34 @@ def _try(g):
     return ["try:"] + ["    " + ln for ln in body] + [f"except {handler}:", "    {out} = " + alt], t
 
 
+def _suppress(g):
+    """The `try:` template's one-statement bodies as `with contextlib.suppress(...)`, the value given
+    first: the manager's exit swallows what the body raises, as an `except` would."""
+    made = _try(g)
+    if made is None:
+        return None
+    lines, t = made
+    h = lines.index(next(ln for ln in lines if ln.startswith("except ")))
+    if h != 2:  # a longer body would leave a value of another rank where its second statement raised
+        return made
+    handler = lines[h][len("except "):-1].strip("()")
+    return [lines[h + 1].strip(), f"with contextlib.suppress({handler}):", lines[1]], t
+
+
 TEMPLATES = [(_pointwise, 3), (_binary, 3), (_reduce, 2), (_view, 4), (_slice, 2), (_index, 1), (_join, 2),
              (_split, 1), (_matmul, 1), (_norm, 2), (_arange, 1), (_datadep, 1), (_ints, 2), (_branch, 1), (_scalar, 1),
              (_inplace, 0.3), (_again, 2)]
 DATA_BRANCHES = TEMPLATES + [(_data_branch, 1)]  # the driver's mix: also branches on data (speculation)
 HALF = [(_half, 1)]  # and half types (inference only: a half-type gradient differs from eager's by the type's
 # rounding, past float32's tolerance). Kept apart so that a seed's program from before stays the same.
-CATCH = [(_try, 1)]  # and `try:` / `except` around statements that may raise (in the trace or in eager)
+CATCH = [(_try, 1), (_suppress, 1)]  # and `try:` / `except` (or `contextlib.suppress`) around statements that
+# may raise (in the trace or in eager)
 
 
 class Generator:
     def __init__(self, seed: int, n_refs: int = 3, exclude: str | None = None, templates=None):
         self.templates = templates or TEMPLATES
-        self.globals = {"torch": torch, "F": F, "math": math}  # what candidate statements run with
+        self.globals = {"torch": torch, "F": F, "math": math, "contextlib": contextlib}  # what candidate statements run with
         self.rng = random.Random(seed)
         self.n_refs = n_refs
         self.exclude = re.compile(exclude) if exclude else None  # statements to leave out (known bugs)

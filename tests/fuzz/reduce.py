@@ -121,7 +121,8 @@ class Reducer:
             chunk //= 2
 
     def _branches(self):
-        """`if` blocks kept to one branch; `try:` blocks to their body (dedented) or their handler's."""
+        """`if` blocks kept to one branch; `try:` blocks (and `contextlib.suppress` ones) to their body
+        (dedented) or their handler's."""
         for i in range(len(self.prog.body)):
             s = self.prog.body[i]
             if s.lines[0].startswith("if "):
@@ -129,6 +130,8 @@ class Reducer:
             elif s.lines[0] == "try:":
                 h = next(j for j, ln in enumerate(s.lines) if ln.startswith("except"))
                 options = [[ln[4:] for ln in s.lines[1:h]], [ln[4:] for ln in s.lines[h + 1:]]]
+            elif len(s.lines) > 1 and s.lines[1].startswith("with contextlib.suppress("):
+                options = [[ln[4:] for ln in s.lines[2:]], s.lines[:1]]
             else:
                 continue
             for keep in options:
@@ -331,6 +334,7 @@ _SCRIPT = '''"""dynashape fuzz finding: {headline}
 
 Exit status 1 while the failure is there, 0 when fixed. Run: python {{this file}}
 """
+import contextlib
 import math
 import os
 import sys

@@ -160,6 +160,13 @@ CASES = {
     "speculation_key_error_caught_by_the_program": (  # T5: tracing/speculate.py's KeyError, into the program
         ["v0 = x.view(x.size(0), -1)", "try:\n    v1 = v0 * int((v0 > 0).sum())\nexcept Exception:\n    v1 = v0 * 0.5"],
         ["v1"], [Input("x", "float", ("A", "B"))], [({"A": 0, "B": 0}, 0), ({"A": 3, "B": 1}, 0)], None),
+    # ---- `contextlib.suppress` (gen._suppress): an op inside a manager that swallows what it raises
+    "argmax_of_an_empty_tensor_inside_suppress_raises_out_of_the_graph": (  # the graph's argmax raised
+        ["v1 = x.flatten() * 1.0\nwith contextlib.suppress(Exception):\n    v1 = x.flatten()[x.flatten().argmax().item():]"],
+        ["v1.shape"], [Input("x", "float", ("A", "B"))], [({"A": 0, "B": 0}, 0), ({"A": 1, "B": 1}, 0), ({"A": 0, "B": 0}, 0)], None),
+    "narrow_past_the_size_inside_suppress_raises_out_of_the_graph": (  # a run-time check on a dynamic size
+        ["v0 = y * 0.5\nwith contextlib.suppress(RuntimeError):\n    v0 = y.narrow(0, 1, 2)"], ["v0"],
+        [Input("y", "float", ("A",))], [({"A": 4}, 0), ({"A": 3}, 0), ({"A": 1}, 0)], True),
 }
 
 

@@ -3,6 +3,7 @@ the user's try/except (tracing/caught.py): the call runs eagerly, never down a p
 take, and no error of the compiled code escapes a handler that eager's would reach. Every case
 here was silently wrong (or raised where eager did not) before; found by hand and by the fuzzer's
 `try:` template (tests/fuzz/findings.md)."""
+import contextlib
 import math
 
 import pytest
@@ -234,3 +235,86 @@ def test_the_break_names_the_line_in_the_try():
     for s in [(3, 1), (1, 0), (4, 2)]:
         torch.testing.assert_close(cf(torch.ones(s)), f(torch.ones(s)))
     assert "y.narrow(0, 1, 2)" in cf.stats.graph_breaks[0], cf.stats.graph_breaks
+
+
+# ---- `with` blocks whose manager's exit may swallow the error (contextlib.suppress and kin)
+
+@contextlib.contextmanager
+def _swallowing():
+    try:
+        yield
+    except Exception:  # noqa: BLE001
+        pass
+
+
+@contextlib.contextmanager
+def _tidy():
+    try:
+        yield
+    finally:
+        pass
+
+
+class _ExitTrue:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return True
+
+
+class _ExitNone:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return None
+
+
+def _index_read_from_data(manager):
+    def f(x, i):
+        y = x + 1
+        with manager():
+            y = x[i.item()] * 2
+        return y
+    return f
+
+
+SWALLOWING = {"suppress": lambda: contextlib.suppress(IndexError, RuntimeError), "@contextmanager": _swallowing,
+              "__exit__ returns True": _ExitTrue}
+PASSING = {"@contextmanager with finally": _tidy, "__exit__ returns None": _ExitNone, "no_grad": torch.no_grad}
+
+
+@pytest.mark.parametrize("name", sorted(SWALLOWING) + sorted(PASSING))
+def test_an_op_inside_a_with_block_that_may_swallow_its_error_runs_eagerly(name):
+    """`with contextlib.suppress(IndexError): y = x[i.item()] * 2` compiled to an indexing that
+    raised out of the compiled code where eager's suppress swallowed the IndexError (y = x + 1)."""
+    manager = SWALLOWING.get(name) or PASSING[name]
+    f = _index_read_from_data(manager)
+    cf = ds.compile(f)
+    for i in (1, 7, 2, 9):
+        x, idx = torch.arange(4.0), torch.tensor(i)
+        try:
+            want = f(x, idx)
+        except IndexError:
+            with pytest.raises(IndexError):
+                cf(x, idx)
+            continue
+        torch.testing.assert_close(cf(x, idx), want)
+    if name in SWALLOWING:
+        assert cf.stats.graph_breaks and "whose exit may swallow" in cf.stats.graph_breaks[0], cf.stats.graph_breaks
+        assert "x[i.item()] * 2" in cf.stats.graph_breaks[0]
+    else:
+        assert not cf.stats.graph_breaks, cf.stats.graph_breaks
+
+
+def test_an_error_the_trace_raised_into_a_suppress_block_runs_eagerly():
+    def f(x):
+        y = x * 3
+        with contextlib.suppress(Exception):
+            y = x * len(x.nonzero())
+        return y
+    cf = ds.compile(f)
+    for x in (torch.tensor([1.0, 0.0, 2.0]), torch.tensor([0.0, 0.0])):
+        torch.testing.assert_close(cf(x), f(x))
+    assert cf.stats.graph_breaks, "the trace's error was swallowed by suppress and the call compiled"
