@@ -470,10 +470,12 @@ class CompiledFunction:
     def _call_args(self, fake, args, kwargs):
         """The traced values passed the way the user passed them: positionals stay positional,
         keywords stay keywords, and defaults the user left out stay out (a decorator that adds
-        a keyword argument sees what eager sees)."""
+        a keyword argument sees what eager sees). A mutable default (`acc=[]`, a dict) is passed:
+        the trace changes the copy of it, whose changes are replayed on the function's own."""
         n = len(args)
         pos: list = []
         kw: dict = {}
+        skipped: list = []  # positional defaults left out, before a positional-only one that is passed
         for p in self._sig.parameters.values():
             if p.name not in fake:
                 continue
@@ -486,6 +488,13 @@ class CompiledFunction:
                 kw[p.name] = v
             elif p.kind is not p.KEYWORD_ONLY and len(pos) < n:
                 pos.append(v)
+            elif type(p.default) in (list, dict) and p.kind is not p.POSITIONAL_ONLY:
+                kw[p.name] = v  # left out: the function's default object
+            elif type(p.default) in (list, dict):
+                pos += skipped + [v]
+                skipped = []
+            elif p.kind is p.POSITIONAL_ONLY:
+                skipped.append(v)
         return pos, kw
 
     def _trace_failed(self, e, tracer, env, modules, grad, args, kwargs, state):
@@ -664,6 +673,10 @@ def compile(fn=None, *, dynamic=None, fullgraph=False, backend=None):
         return CompiledFunction(fn.__func__, bound_module=fn.__self__, **opts)
     if not callable(fn):
         raise TypeError(f"dynashape.compile takes a function or an nn.Module, got {type(fn).__name__}")
+    call = getattr(type(fn), "__call__", None)
+    if isinstance(call, types.FunctionType) and not isinstance(fn, (types.FunctionType, type)):
+        # a callable object: its __call__ with the object as `self`, whose state (and its class's) is guarded
+        return CompiledFunction(call, bound_module=fn, **opts)
     try:
         inspect.signature(fn)
     except (TypeError, ValueError):  # a builtin such as torch.nonzero: call it through a Python function

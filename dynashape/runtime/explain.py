@@ -10,7 +10,7 @@ def explain(cf, print_report: bool = True) -> str:
     """Each entry's graph, guards, which sources are dynamic and why, the specializations
     with their user lines, the bounds of data-dependent sizes, and the recompile reasons."""
     cf = getattr(cf, "_compiled", cf)  # a CompiledModule
-    lines = [f"{cf.__name__} ({cf._where()}): {cf.stats.compiles} compile(s), {len(cf.entries)} cache entries"]
+    lines = [f"{getattr(cf, '__name__', type(cf).__name__)} ({cf._where()}): {cf.stats.compiles} compile(s), {len(cf.entries)} cache entries"]
     for i, e in enumerate(cf.entries):
         kind = "graph" if e.graph is not None else "eager (graph break)"
         lines.append(f"\nentry {i} (newest first): {kind}")

@@ -40,6 +40,9 @@ from ..symbolic.sources import (AttrSource, CellSource, ClosureSource, GlobalSou
 from ..symbolic.userloc import is_library_file
 from ..tracing.errors import GraphBreak
 from ..tracing.inputs import ValueInput
+from ..tracing.nondeterministic import clock_read
+from ..tracing.cached import CachedStandIn, is_user_cache
+from ..tracing.identity import user_id
 from ..tracing.pyenv import (ABSENT as _MISSING, WatchedModule, user_delattr, user_globals, user_setattr, user_type,
                               watchers)
 from .code_info import _attr_chains, _global_names
@@ -61,9 +64,12 @@ class Outer:
         self._codes: set = set()  # code objects met while tracing
         self._chained: set = set()  # (id(globals dict), name, attributes) walked
         self._injected: list = []  # (globals dict, name) given a builtin of ours for the trace's duration
+        self._swapped: list = []  # (globals dict or cell, name, the user's value, ours): lru_cache functions
+        self._pending: list = []  # swaps met before the trace starts
         self._seen: list = []
         self._watched: list = []  # modules made WatchedModule for the trace's duration
         self._later: list = []  # modules met before it (`prepare`): watched when it starts
+        self.on_walked = None  # RngStates (tracing/nondeterministic.py): told when more state was walked
         state.on_module = self.watch
 
     # ------------------------------------------------------------ before the trace
@@ -84,7 +90,7 @@ class Outer:
             v = self.globals.get(name, _MISSING)
             if v is _MISSING:
                 continue
-            self.read(v, GlobalSource(name))
+            self.read(v, GlobalSource(name), (self.globals, name))
             if isinstance(v, types.FunctionType) and v.__globals__ is self.globals:
                 for n in _global_names(v.__code__):  # a helper in the same module reads these too
                     if n not in names:
@@ -97,14 +103,20 @@ class Outer:
                 v = cell.cell_contents
             except ValueError:
                 continue
-            self.read(v, ClosureSource(i, var))
+            self.read(v, ClosureSource(i, var), (cell, "cell_contents"))
         if own is not None:
             state.container("dict", self.globals, own)  # `global n; n = ...` is replayed
         return self.modules
 
-    def read(self, v, src) -> None:
-        """A global or closure value the traced code may read, as guarded inputs."""
+    def read(self, v, src, holder=None) -> None:
+        """A global or closure value the traced code may read, as guarded inputs. `holder`: (the
+        globals dict or closure cell, the name) where it sits."""
         tracer, state = self.tracer, self.state
+        if is_user_cache(v):  # asked without running its body while the trace runs (tracing/cached.py)
+            tracer.value_inputs.append(_ident(src, v))
+            if holder is not None:
+                self._swap(holder, v, CachedStandIn(v, src, tracer))
+            return
         if isinstance(v, torch.Tensor):
             tracer.lift_sources.setdefault(id(v), src)
             tracer._keep.append(v)
@@ -142,12 +154,12 @@ class Outer:
             for a in attrs:
                 if not isinstance(v, (types.ModuleType, type)):
                     break
+                src, parent = AttrSource(src, a), v
                 v = getattr(v, a, _MISSING)
                 if v is _MISSING:
                     break
-                src = AttrSource(src, a)
                 if not isinstance(v, (types.ModuleType, type)):
-                    self.read(v, src)
+                    self.read(v, src, (_dict_of(parent), a) if isinstance(parent, types.ModuleType) else None)
 
     def _namespace(self, g: dict):
         """The source of globals dict `g` and the names walked there, making it a container of the
@@ -196,6 +208,9 @@ class Outer:
         for m in list(sys.modules.values()) + self._later:
             if type(m) is types.ModuleType and _user_module(m):
                 self.watch(m)
+        for holder, v, ours in self._pending:
+            self._swap(holder, v, ours)
+        self._pending.clear()
         sys.settrace(hook)
         try:
             yield
@@ -210,6 +225,32 @@ class Outer:
                 if g.get(name) is _INJECT[name]:
                     del g[name]
             self._injected.clear()
+            self._unswap()
+
+    def _swap(self, holder, v, ours) -> None:
+        """`v` replaced by `ours` where it sits while the trace runs (from its start, or now when it
+        runs; put back after it, and never a store the trace made: its holder ignores the name)."""
+        if getattr(watchers, "outer", None) is not self:
+            self._pending.append((holder, v, ours))
+            return
+        c, name = holder
+        if (c.get(name) if isinstance(c, dict) else c.cell_contents) is not v:
+            return
+        if isinstance(c, dict):
+            c[name] = ours
+        else:  # a closure cell
+            c.cell_contents = ours
+        self.state.ignored.add((id(c), name))
+        self._swapped.append((c, name, v, ours))
+
+    def _unswap(self) -> None:
+        for c, name, v, ours in reversed(self._swapped):
+            if isinstance(c, dict):
+                if c.get(name) is ours:
+                    c[name] = v
+            elif c.cell_contents is ours:
+                c.cell_contents = v
+        self._swapped.clear()
 
     def watch(self, m) -> None:
         """A user module whose attribute reads are walked while the trace runs (see `WatchedModule`)."""
@@ -236,9 +277,11 @@ class Outer:
             self.state.absent(space, name, src)
             return
         before = len(self.modules)
-        self.read(v, src)
+        self.read(v, src, (d, name))
         for s, mod in self.modules[before:]:
             self.state.module(mod, s)
+        if self.on_walked is not None:
+            self.on_walked.catch_up()
 
     def stores(self, name: str) -> None:
         """A name the user's code stores by `setattr`/`delattr` (not in its bytecode's store names)."""
@@ -259,6 +302,9 @@ class Outer:
         space, names = self._namespace(g)
         if space is None:
             return
+        clock = clock_read(code, g)  # `datetime.now()`, `from time import time`: no patch replaces them
+        if clock is not None:
+            raise clock
         self.state.stored.update(_stored_names(code))
         read = _global_names(code)
         new = [n for n in read if n not in names]
@@ -273,10 +319,12 @@ class Outer:
         for n in new:
             v = g.get(n, _MISSING)
             if v is not _MISSING and v is not _INJECT.get(n):  # (ours, for the trace: not the user's global)
-                self.read(v, source(n))
+                self.read(v, source(n), (g, n))
         self._chains(_attr_chains(code), g, source)
         for src, m in self.modules[before:]:  # met while tracing: its state walked now
             self.state.module(m, src)
+        if self.on_walked is not None:
+            self.on_walked.catch_up()
 
 
 def _dict_of(m) -> dict:
@@ -295,7 +343,7 @@ def _library_globals(g: dict) -> bool:
     return isinstance(f, str) and is_library_file(f)
 
 
-_INJECT = {"type": user_type, "globals": user_globals, "setattr": user_setattr, "delattr": user_delattr}
+_INJECT = {"type": user_type, "globals": user_globals, "setattr": user_setattr, "delattr": user_delattr, "id": user_id}
 _USER: dict = {}  # id(module) -> (module, whether it is the user's)
 
 

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import collections
 import copy
-import enum
 import functools
 import logging
 import types
@@ -32,58 +31,32 @@ import torch
 from torch.nn.modules import module as nn_module
 
 from ..guards import module_epoch, native
+from ..symbolic.symtypes import SymBase
 from ..symbolic.sources import AttrSource, GlobalSource, ItemSource, ModuleGlobalSource, NamespaceSource, Source
 from ..tracing.errors import GraphBreak
 from ..tracing.outputs import Template, build, builder
 from ..tracing.pyenv import IteratorStandIn
 from .annotations import ANY as _MARKED_ANY
-from .pystate_containers import _CellDict, _contents, _position, _set_items, _slot
+from .pystate_classes import _ATOMIC, _PLAIN, ClassState, _library_class, _plain
+from .pystate_containers import _CellDict, _contents, _position, _set_items, _slot, _target
 from .pystate_why import _module_attributes_text, _why_attrs, _why_dicts, _why_keys, _why_modules, _why_replaced
 
-_PLAIN = (bool, int, float, str, bytes, type(None), complex)
-_ATOMIC = (torch.dtype, torch.device, torch.layout, torch.memory_format, enum.Enum, torch.Size)
-_LIBRARIES = {"torch", "transformers", "builtins", "typing", "collections", "dataclasses", "enum", "abc",
-              "dynashape", "numpy", "functools", "types"}
 # loggers and their machinery: what the user's code asks of them (a record, isEnabledFor) is decided
 # when the compiled code runs or guarded by its answer (tracing/py_output.py), not by walking them
 _BY_IDENTITY = (logging.Logger, logging.LoggerAdapter, logging.Handler, logging.Formatter, logging.Filter,
                 logging.Manager, logging.PlaceHolder)
 _MAX_DEPTH = 6
+# nn.Module's own members (parameters, buffers, submodules, hooks: guarded and read apart); a module's
+# other attributes, private ones (`self._steps`, `self._kv`) included, are the user's state
+_MODULE_INTERNALS = frozenset(vars(torch.nn.Module())) | {"_compiled_call_impl"}
 _MAX_NODES = 4000
-
-
-def _plain(v) -> bool:
-    if isinstance(v, _PLAIN) or isinstance(v, _ATOMIC):
-        return True
-    if type(v) in (list, tuple, set, frozenset):
-        return all(_plain(x) for x in v)
-    if type(v) is dict:
-        return all(isinstance(k, _PLAIN) and _plain(x) for k, x in v.items())
-    return False
-
-
-_LIBRARY_CLASSES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
-
-
-def _library_class(klass) -> bool:
-    """A class of torch, transformers, the standard library...: its attributes are not guarded."""
-    try:
-        return _LIBRARY_CLASSES[klass]
-    except (KeyError, TypeError):
-        pass
-    out = (klass.__module__ or "").split(".")[0] in _LIBRARIES
-    try:
-        _LIBRARY_CLASSES[klass] = out
-    except TypeError:
-        pass
-    return out
 
 
 def _key_ok(k) -> bool:
     return isinstance(k, (str, int)) and not isinstance(k, bool)
 
 
-class PyState:
+class PyState(ClassState):
     """Guards, snapshot and effects for the Python objects one trace can reach."""
 
     def __init__(self, tracer, globals_=None, closure=()):
@@ -257,6 +230,14 @@ class PyState:
             if vars_or_none(v):
                 self._attrs(v, src, var, depth)
             return
+        if isinstance(v, (weakref.WeakValueDictionary, weakref.WeakKeyDictionary, weakref.WeakSet)):
+            # (its refs hold the trace's stand-ins if walked as an object): changes replayed as a dict's
+            self._check(f"{var} is {self._const(v, 'o')}", f"{src.pretty()} is the same {type(v).__name__}")
+            if isinstance(v, weakref.WeakKeyDictionary):  # (its refs, compared by identity: a tensor key's == is not)
+                self.container("dict", v.data, AttrSource(src, "data"))
+            else:
+                self._contain("list" if isinstance(v, weakref.WeakSet) else "dict", v, src)  # or a list's
+            return
         if isinstance(v, (set, frozenset)):
             self._check(f"{var} == {self._const(set(v))}", f"{src.pretty()} == {v!r}")
             return
@@ -271,6 +252,11 @@ class PyState:
             self._child(v.__self__, AttrSource(src, "__self__"), f"{var}.__self__", depth)
             return
         d = vars_or_none(v)
+        if d is None and not _is_c_callable(v) and not isinstance(v, _BY_IDENTITY) and \
+                not _library_class(type(v)) and self._slots(v, src, var, depth):  # a user's __slots__ object
+            self._check(f"type({var}) is {t}", f"type({src.pretty()}) is {type(v).__qualname__}")
+            self._class_attrs(type(v), src)
+            return
         if d is None or callable(v) and not hasattr(type(v), "__dataclass_fields__") and _is_c_callable(v) \
                 or (type(v).__module__ or "").startswith("dynashape.") or isinstance(v, _BY_IDENTITY):
             self._check(f"{var} is {self._const(v, 'o')}", f"{src.pretty()} is the same {type(v).__name__}")
@@ -350,9 +336,13 @@ class PyState:
         else:
             twin = IteratorStandIn(it, src.pretty())
         c, key = holder
-        self._swaps.append((c, key, twin, it))
         if isinstance(c, dict):
             self.ignored.add((id(c), key))
+        self._swap_in(c, key, twin, it)
+
+    def _swap_in(self, c, key, twin, it) -> None:
+        """`twin` in the place of `it` in container `c` while the trace runs (from the snapshot on)."""
+        self._swaps.append((c, key, twin, it))
         if hasattr(self, "_snap"):  # met while tracing: the snapshot is taken
             c[key] = twin
 
@@ -378,23 +368,6 @@ class PyState:
             self._cells.append((cell, x))
         return True
 
-    def _class_attrs(self, cls, src: Source) -> None:
-        """Plain class attributes of the user's own classes (`self.use_cache_default` defined on the
-        class): read through the instance, changed on the class. Library classes are left out."""
-        for klass in cls.__mro__:
-            if id(klass) in self._seen or klass is object or _library_class(klass):
-                continue
-            self._seen[id(klass)] = src
-            self._keep.append(klass)
-            items = [(k, x) for k, x in vars(klass).items()
-                     if not k.startswith("__") and isinstance(x, _PLAIN)]
-            if items:
-                cd = self._const(vars(klass), "cd")
-                keys = tuple(k for k, _ in items)
-                vals = tuple(x for _, x in items)
-                self._check(f"tuple(map({cd}.get, {self._const(keys, 'ck')})) == {self._const(vals, 'cv')}",
-                            " and ".join(f"{klass.__qualname__}.{k} == {x!r}" for k, x in items))
-
     def _child(self, x, src, expr, depth, holder=None):
         if isinstance(x, torch.Tensor):
             self._visit(x, src, expr, depth + 1)
@@ -415,9 +388,9 @@ class PyState:
                         f"{src.pretty()} has the attributes {sorted(d)}")
         plain, rest = [], []
         for k, x in d.items():
-            if module and type(k) is str and (k[:1] == "_" or k == "training"):
-                continue  # (the test below, answered fast for a module's many private members)
-            if not _key_ok(k) or (module and (k.startswith("_") or k == "training" or (id(obj), k) in self.skip_attrs)):
+            if module and (k in _MODULE_INTERNALS or (id(obj), k) in self.skip_attrs):
+                continue
+            if not _key_ok(k):
                 continue
             if k.startswith("__"):
                 continue
@@ -566,7 +539,7 @@ class PyState:
         # one was written since (lists have no tag: always compared); the stand-in says "written"
         owners = [obj for kind, obj, _ in self.containers if kind == "attrs"]
         dicts = [obj for kind, obj, _ in self.containers if kind == "dict" and isinstance(obj, dict)]
-        if len(owners) + len(dicts) == sum(kind not in ("list", "cell") for kind, _, _ in self.containers):
+        if len(owners) + len(dicts) == sum(kind not in _UNTAGGED for kind, _, _ in self.containers):
             self._written = native.watch(dicts + [vars(o) for o in owners], owners)
             self._written.commit(self._written.snap())
         else:  # a container the tags cannot cover: everything is compared
@@ -591,7 +564,7 @@ class PyState:
         for kind, obj, src, before in self._snap:
             if kind in ("dict", "attrs") and self.stored:  # (a store of the same object writes no dict)
                 self._unchanged_stores(kind, obj, src, before, _contents(kind, obj))
-            if unwritten and kind not in ("list", "cell"):
+            if unwritten and kind not in _UNTAGGED:
                 continue
             now = _contents(kind, obj)
             if kind == "list":
@@ -601,6 +574,10 @@ class PyState:
                 continue
             sets = [(k, tmpl.of(x)) for k, x in now.items()
                     if (k not in before or before[k] is not x) and (id(obj), k) not in self.ignored]
+            if any(isinstance(k() if isinstance(k, weakref.ref) else k, (torch.Tensor, SymBase)) for k, _ in sets):
+                raise GraphBreak(f"the function stores a traced value as a key of {src.pretty()}: the key would "
+                                 "be a stand-in of the trace, not the call's value", None,
+                                 "What to do: key it by something else, or store it outside the compiled function.")
             dels = [k for k in before if k not in now]
             if sets or dels:
                 if isinstance(obj, torch.nn.Module) or (kind == "dict" and isinstance(src, AttrSource)
@@ -633,14 +610,14 @@ class PyState:
                 object.__setattr__(obj, "__dict__", d)
         unwritten = self._dicts_unwritten()
         for kind, obj, src, before in getattr(self, "_snap", ()):
-            if unwritten and kind not in ("list", "cell"):
+            if unwritten and kind not in _UNTAGGED:
                 continue
             now = _contents(kind, obj)
             if kind == "list":
                 if len(now) != len(before) or any(a is not b for a, b in zip(now, before)):
                     _set_items(obj, before)
                 continue
-            target = _CellDict(obj) if kind == "cell" else vars(obj) if kind == "attrs" else obj
+            target = _target(kind, obj)
             if now.keys() != before.keys() or any(before[k] is not x for k, x in now.items()):
                 for k in [k for k in now if k not in before]:
                     del target[k]
@@ -681,7 +658,7 @@ class PyState:
                 if kind == "list":
                     _set_items(target, sets)
                     continue
-                d = _CellDict(target) if kind == "cell" else vars(target) if kind == "attrs" else target
+                d = _target(kind, target)
                 for k, v in sets:
                     d[k] = v
                 for k in dels:
@@ -693,6 +670,7 @@ class PyState:
 
 
 _MISSING = object()
+_UNTAGGED = ("list", "cell", "class", "slots")  # containers without a dict version tag: always compared
 
 
 class _NNModule(Source):

@@ -1,6 +1,6 @@
 """The containers of the Python state (runtime/pystate.py), read and written by kind: a list or a
-deque (`list`), a dict, an object's `__dict__` (`attrs`), a closure cell (`cell`); and where an
-iterator stands."""
+deque (`list`), a dict, an object's `__dict__` (`attrs`), a closure cell (`cell`), a class's own
+attributes (`class`), an object's `__slots__` (`slots`); and where an iterator stands."""
 from __future__ import annotations
 
 import types
@@ -10,9 +10,9 @@ import warnings
 def _set_items(obj, items) -> None:
     if type(obj) is list:
         obj[:] = items
-    else:  # a deque
+    else:  # a deque, a WeakSet
         obj.clear()
-        obj.extend(items)
+        (obj.extend if hasattr(obj, "extend") else obj.update)(items)
 
 
 def _position(it):
@@ -38,14 +38,66 @@ def _slot(c, key):
 def _contents(kind, obj):
     if kind == "list":
         return list(obj)
-    if kind == "attrs":
+    if kind in ("attrs", "class"):
         return dict(vars(obj))
     if kind == "cell":
         try:
             return {"cell_contents": obj.cell_contents}
         except ValueError:  # empty
             return {}
+    if kind == "slots":
+        out = {}
+        for name in slot_names(type(obj)):
+            try:
+                out[name] = object.__getattribute__(obj, name)
+            except AttributeError:  # an empty slot
+                pass
+        return out
     return dict(obj)
+
+
+def _target(kind, obj):
+    """What a container's changes are written through, like a dict."""
+    if kind == "cell":
+        return _CellDict(obj)
+    if kind in ("class", "slots"):
+        return _AttrDict(obj)
+    return vars(obj) if kind == "attrs" else obj
+
+
+def slot_names(cls) -> tuple:
+    """The `__slots__` names of a class and its bases (not `__dict__` or `__weakref__`)."""
+    out = []
+    for klass in cls.__mro__:
+        slots = vars(klass).get("__slots__", ())
+        for name in (slots,) if isinstance(slots, str) else slots:
+            if name not in ("__dict__", "__weakref__") and name not in out:
+                out.append(name)
+    return tuple(out)
+
+
+class _AttrDict:
+    """A class's attributes (its `__dict__` is read-only) or an object's slots, written like a dict."""
+
+    __slots__ = ("obj",)
+
+    def __init__(self, obj):
+        self.obj = obj
+
+    def __getitem__(self, k):
+        return getattr(self.obj, k)
+
+    def __setitem__(self, k, v):
+        setattr(self.obj, k, v) if isinstance(self.obj, type) else object.__setattr__(self.obj, k, v)
+
+    def __delitem__(self, k):
+        delattr(self.obj, k) if isinstance(self.obj, type) else object.__delattr__(self.obj, k)
+
+    def pop(self, k, default=None):
+        try:
+            del self[k]
+        except AttributeError:
+            pass
 
 
 class _CellDict:

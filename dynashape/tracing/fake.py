@@ -6,9 +6,12 @@ own `__torch_function__` is disabled; the TracingMode sees every call first.
 """
 from __future__ import annotations
 
+import sys
+
 import torch
 
 from ..symbolic.symtypes import SymBase
+from ..symbolic.userloc import is_library_file, is_ours
 
 
 class FakeTensor(torch.Tensor):
@@ -60,6 +63,24 @@ class FakeTensor(torch.Tensor):
 
     def __format__(self, spec):
         return self.__repr__()
+
+    def __hash__(self):  # (torch's Tensor.__hash__ is id(self), with no torch function to intercept)
+        f = sys._getframe(1)
+        if not is_ours(f.f_code.co_filename):
+            from .identity import refuse_user_hash
+            refuse_user_hash(f)
+        return id(self)
+
+    @property
+    def __class__(self):
+        """`x.__class__` in the user's code is the class of the tensor it stands for, as `type(x)` is
+        there (tracing/pyenv.py user_type): `x.__class__ is torch.Tensor` took the other branch, and
+        `isinstance(p, nn.Parameter)` asks it too. Library code and ours see FakeTensor."""
+        f = sys._getframe(1)
+        if is_library_file(f.f_code.co_filename) or is_ours(f.f_code.co_filename):
+            return FakeTensor
+        from .pyenv import user_type  # (pyenv imports this module)
+        return user_type(self)
 
 
 def make_fake(meta: torch.Tensor, sizes, node, device, tracer) -> FakeTensor:

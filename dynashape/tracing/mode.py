@@ -96,6 +96,14 @@ class TracingMode(TorchFunctionMode):
             raise GraphBreak(f"Tensor.{_BREAKS[func]} cannot be answered while tracing (it is the real tensor's, "
                              "made when the compiled code runs)", user_location(),
                              "What to do: read it outside the compiled function.")
+        if func in _SETTERS and args and isinstance(args[0], FakeTensor):
+            name = _SETTERS[func]
+            if name == "requires_grad":  # `t.requires_grad = b` is `t.requires_grad_(b)`: recorded as that op
+                return self._handle(tr, torch.Tensor.requires_grad_, args, {})
+            raise GraphBreak(f"`Tensor.{name} = ...` of a traced tensor (the assignment changes the real tensor, "
+                             "which exists when the compiled code runs)", user_location(),
+                             "What to do: assign it outside the compiled function (or use an in-place op: "
+                             "`t.data.copy_(v)`, `t.copy_(v)` under torch.no_grad()).")
         if func is torch._C._set_grad_enabled:
             return func(*args, **kwargs)
         if func in _DEVICE_PROPS and args and isinstance(args[0], FakeTensor):
@@ -248,6 +256,7 @@ for _name in ("is_floating_point", "is_complex", "is_signed", "element_size", "i
             _META_QUERIES[getattr(_owner, _name)] = _dtype_query(getattr(T, _name))
 _META_QUERIES.update(tensor_attrs.HANDLERS)  # autograd and view history, the caller's tensor's flags
 _BREAKS = {f: n for f, n in tensor_attrs.breaks().items() if f not in _DATA_READS and f not in _META_QUERIES}
+_SETTERS = tensor_attrs.setters()  # `t.grad = g`, `t.data = d`, `t.requires_grad = b`: what the mode sees
 
 
 def symbolic_strides(t: FakeTensor) -> tuple:

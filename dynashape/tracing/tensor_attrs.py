@@ -298,10 +298,21 @@ def breaks() -> dict:
     return out
 
 
+def setters() -> dict:
+    """{the function the TracingMode sees when the attribute is assigned: its name} for every
+    attribute of torch.Tensor that can be assigned (`t.grad = g`, `t.data = d`, `t.real = r`)."""
+    out = {}
+    for name in dir(torch._C.TensorBase):
+        attr = getattr(torch._C.TensorBase, name, None)
+        if type(attr).__name__ == "getset_descriptor" or isinstance(attr, property):
+            out[attr.__set__] = name
+    return out
+
+
 def classify(name: str) -> str | None:
     """The class of attribute `name` of torch.Tensor (None: not classified)."""
     if name in CLASSES:
         return CLASSES[name]
     return "op" if _returns_tensors(name) else None
 
-__all__ = ["CLASSES", "HANDLERS", "TracedGradFn", "classify", "traced_grad_fn"]
+__all__ = ["CLASSES", "HANDLERS", "TracedGradFn", "classify", "setters", "traced_grad_fn"]

@@ -5,6 +5,7 @@ import functools
 import os
 import random
 import types
+import weakref
 
 import pytest
 import torch
@@ -532,3 +533,38 @@ def test_a_generator_s_stand_in_answers_type_and_isinstance_as_the_generator():
     cf = ds.compile(f)
     torch.testing.assert_close(cf(torch.ones(2)), f(torch.ones(2)))
     assert type(h.it) is types.GeneratorType and next(h.it) == 0.0
+
+
+# ---- weak containers (WeakValueDictionary, WeakKeyDictionary, WeakSet): walked as objects, their refs
+# kept the trace's stand-ins (a FakeTensor in the user's container after a compiled call)
+
+_LAST = weakref.WeakValueDictionary()
+_SEEN = weakref.WeakKeyDictionary()
+_ALIVE = weakref.WeakSet()
+
+
+def _weak_stores(x):
+    y = x * 2
+    _LAST["y"] = y
+    _ALIVE.add(y)
+    return y
+
+
+def _weak_keyed(x):
+    _SEEN[x] = x.shape[0]
+    return x + 1
+
+
+def test_weak_containers_hold_the_call_s_tensors():
+    cf = ds.compile(_weak_stores)
+    for n in (3, 5, 7):
+        y = cf(torch.ones(n))
+        assert _LAST.get("y") is y and any(v is y for v in _ALIVE)
+        assert all(type(v) is torch.Tensor for v in list(_LAST.values()) + list(_ALIVE))
+    cg = ds.compile(_weak_keyed)
+    xs = [torch.ones(n) for n in (3, 5, 7)]
+    for x in xs:
+        torch.testing.assert_close(cg(x), x + 1)
+        keys = [r() for r in _SEEN.keyrefs()]
+        assert any(k is x for k in keys) and all(type(k) is torch.Tensor for k in keys)
+    assert "as a key of" in cg.stats.graph_breaks[0]

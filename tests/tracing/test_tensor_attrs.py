@@ -190,3 +190,56 @@ def test_is_contiguous_with_a_memory_format_matches_eager(fmt):
     for x in (torch.randn(2, 3, 4, 5), torch.randn(2, 3, 4, 5).to(memory_format=torch.channels_last),
               torch.randn(3, 3, 5, 6)):
         assert _run(cf, x, None) == _run(f, x, None)
+
+
+# ---- assignments (`t.grad = g`, `t.data = d`, `t.requires_grad = b`): what the tracing mode sees as `__set__`
+
+def test_requires_grad_assigned_is_requires_grad_():
+    """`y.requires_grad = True` set the flag of the trace's stand-in only: the compiled result had no
+    grad_fn where eager's has one, and the caller's input kept requires_grad=False."""
+    def on_an_intermediate(x):
+        y = x * 2
+        y.requires_grad = True
+        return (y * 3).sum()
+
+    def on_the_input(x):
+        x.requires_grad = True
+        return x * 2
+    for fn in (on_an_intermediate, on_the_input):
+        cf = ds.compile(fn)
+        for n in (3, 4):
+            a, b = torch.ones(n), torch.ones(n)
+            want, got = fn(a), cf(b)
+            torch.testing.assert_close(got, want)
+            assert got.requires_grad == want.requires_grad and (got.grad_fn is None) == (want.grad_fn is None)
+            assert a.requires_grad == b.requires_grad
+        assert not cf.stats.graph_breaks
+
+
+def test_grad_and_data_assigned_run_eagerly_with_the_reason():
+    """`x.grad = g` and `self.w.data = ...` were dropped: the caller's tensor was left unchanged."""
+    def set_grad(x):
+        x.grad = torch.ones_like(x)
+        return x * 2
+
+    class SetData(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.ones(3))
+
+        def forward(self, x):
+            self.w.data = self.w.data * 2
+            return x * self.w
+    cf = ds.compile(set_grad)
+    for n in (3, 5):
+        a, b = torch.ones(n, requires_grad=True), torch.ones(n, requires_grad=True)
+        set_grad(a)
+        cf(b)
+        torch.testing.assert_close(b.grad, a.grad)
+    assert "Tensor.grad = ..." in cf.stats.graph_breaks[0]
+    me, mc = SetData(), SetData()
+    cm = ds.compile(mc)
+    for _ in range(3):
+        x = torch.ones(2, 3)
+        torch.testing.assert_close(cm(x), me(x))
+        torch.testing.assert_close(mc.w, me.w)

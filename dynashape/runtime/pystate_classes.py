@@ -1,0 +1,124 @@
+"""The Python state of classes and of `__slots__` objects (runtime/pystate.py's PyState walks
+them through these methods).
+
+A user's class holds state as an instance does: `type(self).count += 1`, a class-level list
+`hist = []` that instances append to. Its plain attributes are guarded by value, the others walked
+like an attribute's value (a list appended to is replayed), and the class's own attributes are a
+container whose changes by the trace are replayed and undone like an object's `__dict__`. An object
+with `__slots__` (no `__dict__`) is walked slot by slot the same way. Library classes (torch,
+transformers, the standard library) are left out: their attributes are theirs.
+"""
+from __future__ import annotations
+
+import enum
+import types
+import weakref
+
+import torch
+
+from ..symbolic.sources import AttrSource, Source
+from ..tracing.cached import CachedStandIn, is_user_cache
+from .pystate_containers import _AttrDict, slot_names
+
+_PLAIN = (bool, int, float, str, bytes, type(None), complex)
+_ATOMIC = (torch.dtype, torch.device, torch.layout, torch.memory_format, enum.Enum, torch.Size)
+_LIBRARIES = {"torch", "transformers", "builtins", "typing", "collections", "dataclasses", "enum", "abc",
+              "dynashape", "numpy", "functools", "types"}
+# what a class holds that is code, not state: its methods and descriptors are read, never walked
+_CODE = (types.FunctionType, types.BuiltinFunctionType, types.MethodType, staticmethod, classmethod, property, type,
+         types.MethodDescriptorType, types.WrapperDescriptorType, types.GetSetDescriptorType,
+         types.MemberDescriptorType, types.ModuleType)
+
+
+def _plain(v) -> bool:
+    if isinstance(v, _PLAIN) or isinstance(v, _ATOMIC):
+        return True
+    if type(v) in (list, tuple, set, frozenset):
+        return all(_plain(x) for x in v)
+    if type(v) is dict:
+        return all(isinstance(k, _PLAIN) and _plain(x) for k, x in v.items())
+    return False
+
+
+_LIBRARY_CLASSES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def _library_class(klass) -> bool:
+    """A class of torch, transformers, the standard library...: its attributes are not guarded."""
+    try:
+        return _LIBRARY_CLASSES[klass]
+    except (KeyError, TypeError):
+        pass
+    out = (klass.__module__ or "").split(".")[0] in _LIBRARIES
+    try:
+        _LIBRARY_CLASSES[klass] = out
+    except TypeError:
+        pass
+    return out
+
+
+class ClassSource(Source):
+    """A class met on the way, read as itself (the instance's type, or a base of it, is guarded)."""
+
+    def __init__(self, name: str, klass):
+        self._name = name
+        self._pretty = klass.__qualname__
+        self.klass = klass
+
+    def __eq__(self, other):
+        return type(other) is ClassSource and other.klass is self.klass
+
+    def __hash__(self):
+        return hash(id(self.klass))
+
+
+class ClassState:
+    """PyState's methods for classes and slots (needs its _seen, _keep, env, ignored, tracer, _const,
+    _check, _child, container, _swap_in)."""
+
+    def _class_attrs(self, cls, src: Source) -> None:
+        """The user's own classes of an object: plain attributes guarded by value (`self.use_cache_default`
+        defined on the class: read through the instance), the others walked, and the class's changes
+        by the trace (`type(self).count += 1`) replayed. Library classes are left out."""
+        for klass in cls.__mro__:
+            if id(klass) in self._seen or klass is object or _library_class(klass):
+                continue
+            self._seen[id(klass)] = src
+            self._keep.append(klass)
+            name = f"_cls{len(self.env)}"
+            self.env[name] = klass
+            csrc = ClassSource(name, klass)
+            self.container("class", klass, csrc)
+            items = [(k, x) for k, x in vars(klass).items()
+                     if not k.startswith("__") and isinstance(x, _PLAIN)]
+            cd = self._const(vars(klass), "cd")
+            if items:
+                keys = tuple(k for k, _ in items)
+                vals = tuple(x for _, x in items)
+                self._check(f"tuple(map({cd}.get, {self._const(keys, 'ck')})) == {self._const(vals, 'cv')}",
+                            " and ".join(f"{klass.__qualname__}.{k} == {x!r}" for k, x in items))
+            for k, x in vars(klass).items():
+                if is_user_cache(x):  # a cached method: asked without running its body (tracing/cached.py)
+                    self._swap_in(_AttrDict(klass), k, CachedStandIn(x, AttrSource(csrc, k), self.tracer), x)
+                    self.ignored.add((id(klass), k))
+                    continue
+                if k.startswith("__") or isinstance(x, _PLAIN) or isinstance(x, _CODE) or not k.isidentifier() \
+                        or hasattr(type(x), "__get__"):  # (descriptors: functools.cached_property, ...)
+                    continue
+                self._child(x, AttrSource(csrc, k), f"{cd}.get({k!r})", 1)
+
+    def _slots(self, obj, src: Source, var: str, depth: int) -> bool:
+        """An object with `__slots__` and no `__dict__`: its slots walked like attributes, their
+        changes replayed. False when it has none (walked by identity then)."""
+        names = slot_names(type(obj))
+        if not names:
+            return False
+        self.container("slots", obj, src)
+        for k in names:
+            try:
+                x = object.__getattribute__(obj, k)
+            except AttributeError:
+                self._check(f"not hasattr({var}, {k!r})", f"{src.pretty()}.{k} is not set")
+                continue
+            self._child(x, AttrSource(src, k), f"{var}.{k}", depth)
+        return True

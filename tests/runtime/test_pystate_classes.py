@@ -1,0 +1,129 @@
+"""The Python state of classes, `__slots__` objects, modules' private attributes, mutable default
+arguments and callable objects (runtime/pystate_classes.py, pystate.py, compile.py): read,
+changed and replayed as eager reads and changes it, with no stand-in of the trace left behind.
+Every case here was silently wrong before (found by a hunt by hand, 2026-11-28)."""
+import pytest
+import torch
+
+import dynashape as ds
+from dynashape.symbolic.symtypes import SymBase
+from dynashape.tracing.fake import FakeTensor
+
+SIZES = (3, 5, 7, 5, 9)
+
+
+def _no_trace_values(*objs):
+    for o in objs:
+        items = o.values() if isinstance(o, dict) else o if isinstance(o, (list, tuple)) else [o]
+        for x in items:
+            assert not isinstance(x, (FakeTensor, SymBase)), f"a trace value was left behind: {x!r}"
+            if isinstance(x, torch.Tensor):
+                assert x.device.type != "meta"
+
+
+class _Counter(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self._steps = 0
+        self._scale = 1.0
+        self._kv = []
+
+    def forward(self, x):
+        self._steps += 1
+        self._kv.append(x.sum() * 2)
+        return x * self._steps * self._scale + torch.stack(self._kv).sum()
+
+
+def test_a_module_s_private_attributes_are_state():
+    """`self._steps += 1` stuck at the trace's value, `self._scale` changed between calls was read
+    stale, and `self._kv.append(...)` left a FakeTensor in the module: `_`-named attributes were
+    neither guarded nor walked."""
+    me, mc = _Counter(), _Counter()
+    cf = ds.compile(mc)
+    for i, n in enumerate(SIZES):
+        me._scale = mc._scale = float(1 + i % 2)
+        x = torch.randn(n)
+        torch.testing.assert_close(cf(x), me(x))
+        assert mc._steps == me._steps
+        assert len(mc._kv) == len(me._kv)
+        _no_trace_values(mc._kv)
+
+
+def _make_class_counter():
+    class Counter:
+        count = 0
+        hist = []
+        scale = 1.0
+
+        def __call__(self, x):
+            type(self).count += 1
+            self.hist.append(x.shape[0])
+            return x * self.scale + self.count
+    return Counter()
+
+
+def test_a_class_s_attributes_are_state_and_a_callable_object_is_its_call():
+    """`type(self).count += 1` stopped counting and `self.hist.append(x.shape[0])` on a class-level
+    list left Sym(s0) in it; a callable object compiled was never walked at all."""
+    oe, oc = _make_class_counter(), _make_class_counter()
+    cf = ds.compile(oc)
+    for i, n in enumerate(SIZES):
+        if i == 3:
+            type(oe).scale = type(oc).scale = 2.0
+        x = torch.randn(n)
+        torch.testing.assert_close(cf(x), oe(x))
+        assert (type(oc).count, type(oc).hist) == (type(oe).count, type(oe).hist)
+        assert all(type(v) is int for v in type(oc).hist)
+    ds.explain(cf)  # (a compiled callable object is named by its __call__)
+
+
+class _Slotted:
+    __slots__ = ("n", "hist", "unset")
+
+    def __init__(self):
+        self.n = 0
+        self.hist = []
+
+
+def test_a_slots_object_is_walked_slot_by_slot():
+    def make():
+        o = _Slotted()
+
+        def f(x):
+            o.n += 1
+            o.hist.append(x.shape[0])
+            return x * o.n
+        return f, o
+    (fe, oe), (fc0, oc) = make(), make()
+    cf = ds.compile(fc0)
+    for n in SIZES:
+        x = torch.randn(n)
+        torch.testing.assert_close(cf(x), fe(x))
+        assert (oc.n, oc.hist) == (oe.n, oe.hist)
+        assert all(type(v) is int for v in oc.hist)
+        assert not hasattr(oc, "unset")
+
+
+def _defaults():
+    def f(x, a=1, acc=[], /, d={}, *, kw=[]):  # noqa: B006 (the point)
+        acc.append(x.shape[0])
+        d[x.shape[0]] = a
+        kw.append(x.sum())
+        return x * len(acc) + a + len(d)
+    return f
+
+
+@pytest.mark.parametrize("dynamic", [None, True])
+def test_a_mutable_default_argument_is_changed_as_eager_changes_it(dynamic):
+    """`def f(x, acc=[])`: the function appended the trace's SymInt (or FakeTensor) to its own
+    default list, which nothing snapshotted or replayed."""
+    fe, fc0 = _defaults(), _defaults()
+    cf = ds.compile(fc0, dynamic=dynamic)
+    for n in SIZES:
+        x = torch.randn(n)
+        torch.testing.assert_close(cf(x), fe(x))
+        assert fc0.__defaults__[:2] == fe.__defaults__[:2]
+        assert fc0.__defaults__[2] == fe.__defaults__[2]
+        got, want = fc0.__kwdefaults__["kw"], fe.__kwdefaults__["kw"]
+        assert len(got) == len(want) and all(torch.equal(a, b) for a, b in zip(got, want))
+        _no_trace_values(fc0.__defaults__[1], fc0.__defaults__[2], got)
