@@ -46,6 +46,7 @@ from .annotations import _ATTR as _MARKS
 from .module_scalars import symbolic_attributes
 from .pystate import PyState, Runner
 from .dispatch import widen_for
+from ..tracing.nondeterministic import RngStates
 from ..tracing.pyenv import trace_environment
 from .policy import make_policy
 from .code_info import _attr_chains, _global_names, _shared_cache
@@ -393,12 +394,15 @@ class CompiledFunction:
                         raise GraphBreak(f"{why} ({src.pretty()})", None, _fleet.advice)
                     state.module(m, src)
                 state.snapshot()
+                rngs = outer.on_walked = RngStates(state.ns, state.containers, tracer.value_inputs)
                 try:
                     with trace_environment() as environ_reads, outer.watching():
                         tracer.run(self._fn, call_args, call_kwargs, finish=state.finish)
+                        rngs.check()  # one it drew from breaks: its draws would be baked into the graph
                     state.environ(environ_reads)
                 finally:
                     state.restore()  # nothing of the trace stays in the user's objects
+                    rngs.restore()
                     torch._C._set_grad_enabled(grad)  # the compiled code starts from the entry's mode
         except (GraphBreak, DataDependentError) as e:
             torch._C._set_grad_enabled(grad)

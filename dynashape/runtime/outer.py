@@ -66,6 +66,7 @@ class Outer:
         self._injected: list = []  # (globals dict, name) given a builtin of ours for the trace's duration
         self._swapped: list = []  # (globals dict or cell, name, the user's value, ours): lru_cache functions
         self._pending: list = []  # swaps met before the trace starts
+        self.instead: dict = {}  # id(a swapped value) -> what the trace uses in its place
         self._seen: list = []
         self._watched: list = []  # modules made WatchedModule for the trace's duration
         self._later: list = []  # modules met before it (`prepare`): watched when it starts
@@ -242,6 +243,7 @@ class Outer:
             c.cell_contents = ours
         self.state.ignored.add((id(c), name))
         self._swapped.append((c, name, v, ours))
+        self.instead[id(v)] = ours
 
     def _unswap(self) -> None:
         for c, name, v, ours in reversed(self._swapped):
@@ -251,6 +253,7 @@ class Outer:
             elif c.cell_contents is ours:
                 c.cell_contents = v
         self._swapped.clear()
+        self.instead.clear()
 
     def watch(self, m) -> None:
         """A user module whose attribute reads are walked while the trace runs (see `WatchedModule`)."""

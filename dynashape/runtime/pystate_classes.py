@@ -11,12 +11,14 @@ transformers, the standard library) are left out: their attributes are theirs.
 from __future__ import annotations
 
 import enum
+import sys
 import types
 import weakref
 
 import torch
 
 from ..symbolic.sources import AttrSource, Source
+from ..symbolic.userloc import is_library_file
 from ..tracing.cached import CachedStandIn, is_user_cache
 from .pystate_containers import _AttrDict, slot_names
 
@@ -44,12 +46,16 @@ _LIBRARY_CLASSES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
 def _library_class(klass) -> bool:
-    """A class of torch, transformers, the standard library...: its attributes are not guarded."""
+    """A class of torch, transformers, the standard library, any installed package: its attributes are
+    not guarded (its class-level state is the library's)."""
     try:
         return _LIBRARY_CLASSES[klass]
     except (KeyError, TypeError):
         pass
-    out = (klass.__module__ or "").split(".")[0] in _LIBRARIES
+    mod = klass.__module__ or ""
+    top = mod.split(".")[0]
+    f = getattr(sys.modules.get(mod), "__file__", None)
+    out = top in _LIBRARIES or top in sys.stdlib_module_names or isinstance(f, str) and is_library_file(f)
     try:
         _LIBRARY_CLASSES[klass] = out
     except TypeError:

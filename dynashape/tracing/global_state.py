@@ -1,7 +1,9 @@
 """Calls that change torch's global state while tracing.
 
 They are not torch functions the TracingMode sees, so without this they would
-run once, at trace time, and never again. `torch.manual_seed`, `print`, and the user's log records
+run once, at trace time, and never again. Reads of torch's random state (`torch.initial_seed()`,
+`torch.get_rng_state()`, `torch.seed()`, their `torch.cuda` kin) by the user's code are graph breaks
+(the value would be baked into the graph). `torch.manual_seed`, `print`, and the user's log records
 and warnings (py_output.py) are recorded in the graph (the compiled code reseeds and prints, with the real
 values, exactly where eager does); the others
 would change how later calls behave in ways a graph cannot replay, so they are
@@ -30,6 +32,7 @@ from ..symbolic.symtypes import SymBase, SymBool, SymInt, sym_max, sym_min, wrap
 from ..symbolic.userloc import user_location
 from . import py_output
 from .errors import GraphBreak
+from .pyenv import user_call_in_trace
 from .state import current_tracer
 
 # global settings a program may read and branch on: each one read is guarded by value
@@ -39,12 +42,18 @@ FLAG_GETTERS = ("are_deterministic_algorithms_enabled", "is_deterministic_algori
                 "get_num_threads", "is_warn_always_enabled")
 _BREAKS = ("set_default_dtype", "set_default_device", "set_rng_state", "use_deterministic_algorithms",
            "set_num_threads")
+# torch's random state read or reseeded: breaks in the user's code, plain calls in torch's (fork_rng)
+_RNG_CALLS = ("initial_seed", "get_rng_state", "seed")
+_CUDA_RNG_CALLS = ("initial_seed", "get_rng_state", "get_rng_state_all", "seed", "seed_all", "manual_seed",
+                   "manual_seed_all", "set_rng_state", "set_rng_state_all")
 
 
 # (owner, attribute) -> handler key; the handlers of one trace are a dict over these keys
 _POINTS = [(torch, "manual_seed", "manual_seed"), (torch.random, "manual_seed", "manual_seed"),
            (builtins, "print", "print"), (builtins, "max", "max"), (builtins, "min", "min")]
 _POINTS += [(torch, n, n) for n in FLAG_GETTERS + _BREAKS if hasattr(torch, n)]
+_POINTS += [(owner, n, f"rng.{n}") for owner in (torch, torch.random) for n in _RNG_CALLS if hasattr(owner, n)]
+_POINTS += [(torch.cuda, n, f"rng.cuda.{n}") for n in _CUDA_RNG_CALLS if hasattr(torch.cuda, n)]
 _POINTS += [(math, n, f"math.{n}") for n in MATH_CALLS]
 _POINTS += [(logging.Logger, n, f"log.{n}") for n in py_output.LOG_LEVELS]
 _POINTS += [(logging.Logger, "isEnabledFor", "log.isEnabledFor"), (warnings, "warn", "warnings.warn")]
@@ -74,11 +83,22 @@ def _tracer():
 
 
 def _manual_seed(seed):
+    """Recorded, not run: a call that breaks later runs eagerly from the generator's state before it."""
     tracer = _tracer()
-    out = _ORIGINAL["manual_seed"](seed)  # the trace's own RNG use follows eager's
     tracer.graph.call(torch.manual_seed, (tracer.to_ir(seed),), {}, None, user_location(),
                       torch.is_grad_enabled(), name_hint="manual_seed")
-    return out
+    return torch.default_generator  # (what torch.manual_seed returns)
+
+
+def _rng_call(key):
+    def fn(*args, **kwargs):
+        if user_call_in_trace(2):  # (called by its router)
+            name = key.split(".", 1)[1]
+            raise GraphBreak(f"torch.{name}() inside the compiled function reads or reseeds the random generator "
+                             "(its value would be baked into the graph)", user_location(),
+                             "What to do: call it outside the compiled function and pass the value in.")
+        return _ORIGINAL[key](*args, **kwargs)
+    return fn
 
 
 def _refuse(name):
@@ -120,6 +140,7 @@ def _handlers(tracer) -> dict:
         _SHARED["warnings.warn"] = py_output.warn(_ORIGINAL, "warnings.warn")
         _SHARED.update({n: _flag_reader(n) for n in FLAG_GETTERS if n in _ORIGINAL})
         _SHARED.update({n: _refuse(n) for n in _BREAKS if n in _ORIGINAL})
+        _SHARED.update({key: _rng_call(key) for key in _ORIGINAL if key.startswith("rng.")})
     out = dict(_SHARED)
     out[_TRACER] = tracer
     return out

@@ -9,10 +9,10 @@
   its value adds a guard). dynashape's own code keeps the plain answer. `type(n)` in
   the user's code answers as at run time (`user_type`, put in their modules' globals
   for the trace by runtime/outer.py).
-- `random` and `numpy.random` scalar draws from user code become graph calls drawn at
-  run time (pyrandom.py); other `random`, `time` and `numpy.random` calls are graph
-  breaks: their value would otherwise be baked into the graph as a constant. Not
-  in an export's trace: there they are plain calls (constants), as under torch.export.
+- calls whose value differs on every call (`random`, `numpy.random`, clocks, entropy) made by user
+  code are replayed when the compiled code runs or are graph breaks (nondeterministic.py): their
+  value would otherwise be baked into the graph as a constant. Not in an export's trace: there
+  they are plain calls (constants), as under torch.export.
 - `os.environ` reads are recorded; the compiled entry guards them.
 - `torch.cond` takes the branch eager takes, decided as `if pred:` is (torch's own would run
   torch.compile inside the trace); in an export, a tensor predicate is an error that says so.
@@ -35,7 +35,7 @@ import types
 import torch
 
 from ..symbolic.userloc import is_library_file, user_location
-from . import pyrandom
+from . import nondeterministic
 from .errors import GraphBreak
 from .state import current_tracer
 from .fake import FakeTensor
@@ -61,21 +61,37 @@ def _caller_is_ours(depth: int = 2) -> bool:
     return name.split(".", 1)[0] in _OURS
 
 
-def _caller_is_user() -> bool:
-    """Whether the nearest caller outside os/collections is the user's code (not torch's, not ours,
-    not an import running)."""
-    f = sys._getframe(2)
+_PASSING = ("os", "collections", "_collections_abc")
+
+
+def _caller_is_user(depth: int = 2, passing=_PASSING) -> bool:
+    """Whether the nearest caller outside the modules `passing` the call on (os, collections) and our
+    patches of random & co is the user's code (not torch's, not ours, not an import running). `depth`:
+    the caller's frame."""
+    f = sys._getframe(depth)
     first = None
     while f is not None:
         name = (f.f_globals.get("__name__", "") or "").split(".", 1)[0]
         if name == "importlib":
             return False  # a module being imported
-        if first is None and name not in ("os", "collections", "_collections_abc"):
+        if first is None and name not in passing and f.f_code not in nondeterministic.WRAPPERS:
             first = name
             if first in _LIBS:
                 return False
         f = f.f_back
     return first is not None
+
+
+def user_call_in_trace(depth: int = 1) -> bool:
+    """This thread traces (not for an export) and the frame `depth` above the function asking (1: its
+    caller) is the user's code."""
+    me = threading.get_ident()
+    return me in _threads and me not in _exporting and _caller_is_user(depth + 2)
+
+
+def _in_trace() -> bool:
+    me = threading.get_ident()
+    return me in _threads and me not in _exporting
 
 
 def _isinstance(obj, cls):
@@ -200,6 +216,7 @@ class WatchedModule(types.ModuleType):
                 outer.whole(self)
         else:
             outer.attribute(self, name, v)
+            v = outer.instead.get(id(v), v)  # what the trace uses in its place (an lru_cache function's stand-in)
         return v
 
 
@@ -269,24 +286,6 @@ def _checking(orig):
     return _check_with
 
 
-def _breaking(owner_name, name, orig):
-    def fn(*args, **kwargs):
-        me = threading.get_ident()
-        if me in _threads and me not in _exporting and _caller_is_user():
-            kind = pyrandom.scalar_kind(owner_name, name, args, kwargs)
-            tracer = current_tracer()
-            if kind is not None and tracer is not None:  # drawn when the compiled code runs
-                return pyrandom.draw(tracer, owner_name, name, orig, args, kwargs, kind)
-            raise GraphBreak(f"{owner_name}.{name}() inside the compiled function (its value would be baked "
-                             f"into the graph)", user_location(),
-                             "What to do: call it outside the compiled function and pass the value in, "
-                             "or use torch's random functions (torch.rand), which run at run time.")
-        return orig(*args, **kwargs)
-    fn.__wrapped__ = orig
-    fn._dynashape = True
-    return fn
-
-
 def _cond(orig):
     """`torch.cond(pred, true_fn, false_fn, operands)` in a trace: the branch eager's call takes, decided
     as `if pred:` is (a guard on a symbolic bool; on a tensor, a data branch the compiled entry checks at
@@ -323,29 +322,14 @@ def _env_getitem(orig):
     return __getitem__
 
 
-_RANDOM = ("random", "uniform", "randint", "randrange", "choice", "choices", "shuffle", "sample", "gauss",
-           "normalvariate", "betavariate", "expovariate", "getrandbits")
-_TIME = ("time", "time_ns", "perf_counter", "perf_counter_ns", "monotonic", "monotonic_ns", "process_time")
-_NP_RANDOM = ("rand", "randn", "random", "randint", "uniform", "normal", "choice", "shuffle", "permutation",
-              "random_sample", "seed")
-
-
 def _patches():
-    import random
-    import time
     out = [(torch.compiler, "is_compiling", _compiling(torch.compiler.is_compiling)),
            (torch.compiler, "is_exporting", _exporting_fn(torch.compiler.is_exporting)),
            (torch, "_check_with", _checking(torch._check_with)),
            (builtins, "isinstance", _isinstance),
            (torch, "cond", _cond(torch.cond)),
            (os._Environ, "__getitem__", _env_getitem(os._Environ.__getitem__))]
-    out += [(random, n, _breaking("random", n, getattr(random, n))) for n in _RANDOM if hasattr(random, n)]
-    out += [(time, n, _breaking("time", n, getattr(time, n))) for n in _TIME if hasattr(time, n)]
-    np = sys.modules.get("numpy")
-    if np is not None:
-        out += [(np.random, n, _breaking("numpy.random", n, getattr(np.random, n)))
-                for n in _NP_RANDOM if hasattr(np.random, n)]
-    return out
+    return out + nondeterministic.patches(_in_trace, _caller_is_user)
 
 
 _made: list = []  # [numpy or None, (owner, name, original, patch), ...]: the last _patches() and what they wrap
@@ -354,7 +338,8 @@ _made: list = []  # [numpy or None, (owner, name, original, patch), ...]: the la
 def _current_patches() -> list:
     """`_patches()`, made again only when an original changed (a user's monkeypatch, numpy imported)."""
     np = sys.modules.get("numpy")
-    if _made and _made[0] is np and all(owner.__dict__.get(name) is orig for owner, name, orig, _ in _made[1:]):
+    if _made and _made[0] is np and all(owner.__dict__.get(name, _MISSING) is orig
+                                        for owner, name, orig, _ in _made[1:]):
         return [(owner, name, fn) for owner, name, _, fn in _made[1:]]
     fresh = _patches()
     _made[:] = [np] + [(owner, name, owner.__dict__.get(name, _MISSING), fn) for owner, name, fn in fresh]
@@ -373,8 +358,8 @@ def trace_environment(export: bool = False):
     reads: dict = {}
     with _lock:
         if not _threads:
-            for owner, name, fn in _current_patches():
-                _saved.append((owner, name, owner.__dict__.get(name, getattr(owner, name))))
+            for owner, name, fn in _current_patches():  # (absent: an inherited method, deleted after)
+                _saved.append((owner, name, owner.__dict__.get(name, _MISSING)))
                 setattr(owner, name, fn)
         _threads[me] = _threads.get(me, 0) + 1
         if export:
@@ -394,5 +379,8 @@ def trace_environment(export: bool = False):
                     del _exporting[me]
             if not _threads:
                 for owner, name, fn in reversed(_saved):
-                    setattr(owner, name, fn)
+                    if fn is _MISSING:
+                        delattr(owner, name)
+                    else:
+                        setattr(owner, name, fn)
                 _saved.clear()
