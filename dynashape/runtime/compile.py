@@ -11,6 +11,7 @@ import contextlib
 import copy
 import functools
 import inspect
+import linecache
 import logging
 import os
 import re
@@ -28,7 +29,7 @@ from ..ir.graph import Graph
 from ..symbolic.errors import DataDependentError, DynashapeError
 from ..symbolic import tracehook as _th
 from ..symbolic.shape_env import ShapeEnv
-from ..symbolic.userloc import user_frames
+from ..symbolic.userloc import Location, user_frames
 from ..symbolic.sources import LocalSource
 from ..tracing.errors import GraphBreak, GraphBreakError
 from ..tracing import state as _tracing_state
@@ -169,6 +170,8 @@ class CompiledFunction:
         self.rank_local = False
         self.internal = False  # dynashape's own generated function (that backward): stances are the user's
         self._ran_eagerly = False  # eager_then_compile: the first call has run
+        self._not_traceable = _not_traceable(code_fn)  # (reason, location, advice): every call runs eagerly
+        self._said_why = False  # its reason is in stats.graph_breaks
         functools.update_wrapper(self, fn)
         _ALL.add(self)
 
@@ -240,6 +243,8 @@ class CompiledFunction:
         return self._miss(L, args, kwargs, stance)
 
     def _miss(self, L, args, kwargs, stance="default", other_rank=False):
+        if self._not_traceable is not None:
+            return self._run_untraceable(args, kwargs)
         if other_rank:  # this rank's guards passed: it compiles because another rank's failed
             reasons = ["another rank recompiles this call (compiler collectives keep the ranks' graphs alike)"]
             self.stats.add_reasons(reasons)
@@ -548,6 +553,17 @@ class CompiledFunction:
         if _th.on: _th.emit("compile_end", self, self.entries[0], tracer)  # noqa: E701
         return ran[0] if ran is not None else self._fn(*args, **kwargs)
 
+    def _run_untraceable(self, args, kwargs):
+        """A generator or coroutine function: its body runs after the call returns, untraced."""
+        reason, location, advice = self._not_traceable
+        if self.fullgraph:
+            raise GraphBreakError(reason, location, advice)
+        if not self._said_why:
+            self._said_why = True
+            self.stats.graph_breaks.append(f"{reason} at {location}" if location else reason)
+            logging.getLogger("dynashape.graph_breaks").info("graph break in %s: %s", self.__name__, reason)
+        return self._fn(*args, **kwargs)
+
     @property
     def entries(self) -> list:
         """The cache entries, newest first (shared by every compile of the same code)."""
@@ -557,9 +573,30 @@ class CompiledFunction:
         self._cache.clear()
         self.stats = Stats()
         self.frame_state.__init__()
-        self._warned_limit = self._fell_back = False
+        self._warned_limit = self._fell_back = self._said_why = False
         self._eager_keys = set()
 
+
+
+def _not_traceable(fn):
+    """(reason, location, advice) for a function whose call returns before its body runs: a
+    generator function (as torch.compile, whose frame hook never sees the body run inside the
+    call, it runs eagerly), an async generator or coroutine function; None for any other."""
+    if inspect.isgeneratorfunction(fn) or inspect.isasyncgenfunction(fn):
+        what = "a generator function: its body runs as the caller draws from the generator it returns"
+    elif inspect.iscoroutinefunction(fn):
+        what = "a coroutine function: its body runs when the coroutine it returns is awaited"
+    else:
+        return None
+    code = getattr(inspect.unwrap(fn), "__code__", None)
+    location = None
+    if code is not None:
+        line = code.co_firstlineno
+        location = Location(code.co_filename, line, code.co_name, linecache.getline(code.co_filename, line).strip())
+    return (f"{what}, after the compiled call has returned, so there is nothing to trace: every call runs "
+            "eagerly", location,
+            "What to do: compile the work of one step as its own function and call it from the generator "
+            "(`step = ds.compile(step_fn)`, then `yield step(x)`), or return a list of the values instead.")
 
 
 def _describe_call(shape) -> str:

@@ -1,4 +1,5 @@
 """dynashape.compile end to end: the seed examples, modules, arguments, guards, graph breaks."""
+import asyncio
 import re
 
 import pytest
@@ -208,6 +209,27 @@ def test_fullgraph_graph_break_raises_with_the_user_line_and_advice():
     assert "test_compile.py" in msg and "if x.sum() > 0:" in msg
     assert "What to do" in msg
     assert "dynashape/" not in msg and "tracer.py" not in msg
+
+
+def test_a_generator_or_coroutine_function_runs_eagerly_with_its_reason():
+    def gen(x):
+        for i in range(3):
+            yield x * i
+
+    async def coro(x):
+        return x * 2
+
+    cg, cc = ds.compile(gen), ds.compile(coro)
+    for n in (3, 5, 7):
+        x = torch.randn(n)
+        got, want = list(cg(x)), list(gen(x))
+        assert len(got) == 3 and all(type(g) is torch.Tensor and torch.equal(g, w) for g, w in zip(got, want))
+        assert torch.equal(asyncio.run(cc(x)), x * 2)
+    assert cg.stats.compiles == 0 and len(cg.stats.graph_breaks) == 1
+    assert "generator function" in cg.stats.graph_breaks[0] and "'def gen(x):'" in cg.stats.graph_breaks[0]
+    assert "coroutine function" in cc.stats.graph_breaks[0] and "'async def coro(x):'" in cc.stats.graph_breaks[0]
+    with pytest.raises(ds.GraphBreakError, match="generator function"):
+        ds.compile(gen, fullgraph=True)(torch.ones(2))
 
 
 def test_reset_forgets_compiled_code():
