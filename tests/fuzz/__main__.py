@@ -85,7 +85,7 @@ def _fuzz_state(args, seed, seconds, out, backends) -> int:
     from .driver import Report
     from .state import fuzz_state
     rep = fuzz_state(seed, seconds, Report(seed, mode="state"), out_dir=out, reduce_s=args.reduce_seconds,
-                     backends=backends, log=lambda m: print(m, flush=True))
+                     backends=backends, log=lambda m: print(m, flush=True), exclude=args.exclude)
     print(rep.summary())
     print(f"programs {rep.programs}, calls {rep.calls}, failures {rep.failures} ({len(rep.distinct)} distinct), "
           f"seed {seed}, mode state, duration {rep.seconds:.0f} s")

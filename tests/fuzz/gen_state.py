@@ -12,6 +12,17 @@ assumed at trace time: its guards must see it. Another module `h` is read by nam
 (`getattr(h, 'SCALE')`, `vars(h)`, an attribute that comes and goes), and generators (a global,
 an attribute) are drawn from: eager's draws, from the first call.
 
+With `hidden=True` (the fuzz loop's programs) the module also holds state that is easy to miss
+because it is not a plain global or a public attribute: `_`-named attributes of an object and of
+an `nn.Module` (`obj._n += 1`, `self._kv.append(...)` in `pm`'s forward), a class's own attributes
+(`type(co).count += 1`, a class-level list appended to through an instance), a `__slots__`
+object's slots, mutable default arguments of `f` and of helpers (`def f(..., hist=[], memo={})`),
+`functools.lru_cache` functions returning a tensor built from a size (`mask(x.shape[0])`) and
+reading a global the caller changes (with or without `cache_clear()`), and weak containers
+(`WeakValueDictionary`, `WeakSet`) given tensors made in the call. Those templates are kept in
+lists of their own (HIDDEN_*), as gen.py keeps HALF and CATCH: `generate_state(seed)` gives the
+programs it gave before.
+
     >>> p = generate_state(1)
     >>> print(p.source())  # doctest: +SKIP
 """
@@ -19,6 +30,7 @@ from __future__ import annotations
 
 import math
 import random
+import re
 from dataclasses import dataclass, field
 
 B_SIZES = [1, 2, 3, 5]  # the state tensors' length (the inputs' last dim)
@@ -77,6 +89,42 @@ CHANGES = [
     "part.keywords['k'] = {num}", "dq.rotate(-1)", "dq.append({num})", "cnt = itertools.count({i})",
     "h.EXTRA = {num}", "vars(h).pop('EXTRA', None)", "obj.gen = numbers()", "next(gen)",
 ]
+# hidden=True: state behind `_` names, classes, slots, defaults, caches and weak references (the
+# module's second part, StateProgram.hidden_source)
+HIDDEN_READS = [
+    "{v} * obj._n", "{v} + len(obj._hist)", "pm({v})", "{v} * pm._scale", "{v} + pm._steps",
+    "co({v})", "{v} * Counted.count", "{v} * co.scale", "{v} + len(co.hist)", "{v} * (co.hist[-1] if co.hist else 1)",
+    "{v} * sl.n", "{v} + sl.t", "{v} * getattr(sl, 'extra', 2)", "{v} + len(sl.hist)",
+    "{v} * len(hist)", "{v} + memo.get(n, 0.0)", "{v} * (hist[-1] if hist else 1)", "remember({v})", "tally({v})",
+    "mask({v}.shape[0]) @ {v}", "{v} + ramp({v}.shape[-1])", "{v} * mask(n % 3 + 1).sum()", "{v} + ramp(B)",
+    "{v} * len(WV)", "{v} + len(WS)", "{v} + (WV['y'].sum() if 'y' in WV else 0.0)",
+]
+HIDDEN_CONDITIONS = [
+    "obj._n % 2 == 0", "pm._steps > 2", "len(pm._kv) > 1", "Counted.count > 2", "len(co.hist) > 2",
+    "'scale' in vars(co)", "sl.n > 1", "hasattr(sl, 'extra')", "len(hist) > 2", "n in memo", "'y' in WV",
+    "len(WS) > 1", "mask.cache_info().currsize > 1",
+]
+HIDDEN_WRITES = [
+    "obj._n += 1", "obj._hist.append({v}.sum())", "obj._hist.append(n)", "if len(obj._hist) > 3:\n    obj._hist.pop(0)",
+    "pm._steps += 1", "pm._kv.append({v}.sum())", "pm._scale = pm._scale * 0.5",
+    "type(co).count += 1", "co.hist.append({v}.shape[0])", "Counted.scale = Counted.scale + 0.5",
+    "co.scale = co.scale * 2", "if len(co.hist) > 3:\n    co.hist.pop(0)",
+    "sl.n += 1", "sl.hist.append({v}.shape[0])", "sl.t = sl.t * 0.5 + {v}.mean(0)", "sl.extra = n",
+    "if hasattr(sl, 'extra'):\n    del sl.extra",
+    "hist.append({v}.shape[0])", "hist.append(n)", "memo[n] = {v}.sum()", "memo.pop(n, None)",
+    "if len(hist) > 3:\n    hist.pop(0)", "mask.cache_clear()", "MASK_K = MASK_K + 0.5",
+    "WV['y'] = {v}", "WV['s'] = {v}.sum()", "WS.add({v})",
+]
+HIDDEN_CHANGES = [
+    "obj._n = {num}", "obj._hist.clear()", "pm._scale = {num}", "pm._kv.clear()", "pm._steps = {i}", "pm.eval()",
+    "Counted.count = {i}", "Counted.scale = {num}", "co.scale = {num}", "del co.scale", "co.hist.clear()",
+    "Counted.hist = [{i}]", "sl.n = {num}", "sl.t = torch.randn(B, " + _GEN + ")", "sl.t = sl.t.double()",
+    "sl.extra = {i}", "del sl.extra", "sl.hist.clear()", "f.__defaults__[0].clear()", "f.__defaults__[1].clear()",
+    "f.__defaults__[0].append({i})", "f.__defaults__ = ([], {{}})", "remember.__defaults__[0].clear()",
+    "tally.__kwdefaults__['k'][0] = {i}", "mask.cache_clear()", "MASK_K = {num}", "MASK_K = {num}\nmask.cache_clear()",
+    "ramp.cache_clear()", "WV.clear()", "WS.clear()", "WV['y'] = GT", "WS.add(GT)",
+]
+HIDDEN_RETURNS = ["obj._n", "Counted.count", "len(hist)", "sl.n", "len(WV)", "pm._steps"]
 INTS = [-1, 0, 1, 2, 3, 5, 7]
 FLOATS = [-0.0, 0.5, 1.5, 2.0, -3.0, math.inf, math.nan]
 
@@ -105,6 +153,88 @@ class StateProgram:
     body: list  # statements, each a list of lines
     ret: list  # expressions returned
     steps: list = field(default_factory=list)
+    hidden: bool = False  # the HIDDEN_* state is in the module (hidden_source), f has mutable defaults
+
+    def hidden_source(self) -> str:
+        """The module's state behind `_` names, classes, slots, defaults, lru_cache and weak references."""
+        return f"""
+
+import weakref
+
+# state easy to miss: `_`-named attributes, a class's own attributes, slots, mutable defaults,
+# lru_cache functions and weak containers
+obj._n = 0
+obj._hist = []
+
+
+class Steps(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self._steps = 0
+        self._scale = {lit(self.start['scale'])}
+        self._kv = []
+
+    def forward(self, v):
+        self._steps += 1
+        self._kv.append(v.sum())
+        if len(self._kv) > 3:
+            self._kv.pop(0)
+        return v * self._scale + self._steps + torch.stack(self._kv).mean()
+
+
+pm = Steps()
+
+
+class Counted:
+    count = 0
+    hist = []
+    scale = 1.0
+
+    def __call__(self, v):
+        type(self).count += 1
+        self.hist.append(v.shape[0])
+        return v * self.scale + self.count
+
+
+co = Counted()
+
+
+class Slotted:
+    __slots__ = ("n", "hist", "t", "extra")
+
+
+sl = Slotted()
+sl.n = 0
+sl.hist = []
+sl.t = torch.randn(B, generator=_g)
+
+
+def remember(v, seen=[]):
+    seen.append(v.shape[0])
+    return v * len(seen)
+
+
+def tally(v, *, k=[0]):
+    k[0] += 1
+    return v + k[0]
+
+
+MASK_K = 1.0
+
+
+@functools.lru_cache(maxsize=2)
+def mask(n):
+    return torch.tril(torch.ones(n, n)) * MASK_K
+
+
+@functools.cache
+def ramp(n):
+    return torch.arange(float(n)) * MASK_K
+
+
+WV = weakref.WeakValueDictionary()
+WS = weakref.WeakSet()
+"""
 
     def source(self) -> str:
         s = self.start
@@ -228,13 +358,16 @@ def counting():
 
 
 counter, reset = counting()
-
+"""
+        if self.hidden:
+            head += self.hidden_source()
+        head += f"""
 
 def make():
     c = {lit(s['c'])}
 
-    def f(x, y, n, s, acc):
-        global G, GF, FLAG, CNT, GT
+    def f(x, y, n, s, acc{", hist=[], memo={}" if self.hidden else ""}):
+        global G, GF, FLAG, CNT, GT{", MASK_K" if self.hidden else ""}
         nonlocal c
 """
         body = "".join(" " * 8 + ln + "\n" for st in self.body for ln in st)
@@ -258,41 +391,61 @@ def _fill(rng: random.Random, template: str) -> str:
                            seed=rng.randrange(1000))
 
 
-def _statement(rng: random.Random, names: list, k: int) -> tuple:
+def _templates(hidden: bool, exclude: str | None) -> dict:
+    """The template lists a program draws from: HIDDEN_* added when `hidden`, those matching the
+    regular expression `exclude` left out (to look past a known bug)."""
+    pools = {"reads": READS, "conditions": CONDITIONS, "writes": WRITES, "changes": CHANGES,
+             "returns": ["len(L)", "CNT", "c", "G", "D.get('s')", "obj.k"]}
+    if hidden:
+        pools = {"reads": READS + HIDDEN_READS, "conditions": CONDITIONS + HIDDEN_CONDITIONS,
+                 "writes": WRITES + HIDDEN_WRITES, "changes": CHANGES + HIDDEN_CHANGES,
+                 "returns": pools["returns"] + HIDDEN_RETURNS}
+    if exclude:
+        pools = {k: [t for t in ts if not re.search(exclude, t)] for k, ts in pools.items()}
+    return pools
+
+
+def _statement(rng: random.Random, names: list, k: int, pools: dict | None = None) -> tuple:
     """(lines, new tensor name or None)."""
+    pools = pools or _templates(False, None)
+    reads = pools["reads"]
     v = rng.choice(names)
     out = f"t{k}"
     r = rng.random()
     if r < 0.45:
-        return [f"{out} = " + rng.choice(READS).format(v=v)], out
+        return [f"{out} = " + rng.choice(reads).format(v=v)], out
     if r < 0.65:
-        cond = rng.choice(CONDITIONS)
-        a, b = rng.sample(READS, 2)
+        cond = rng.choice(pools["conditions"])
+        a, b = rng.sample(reads, 2)
         return [f"if {cond}:", f"    {out} = " + a.format(v=v), "else:", f"    {out} = " + b.format(v=v)], out
     if r < 0.72:
         return [f"{out} = {v}", "for e in L:", f"    {out} = {out} + e"], out
     if r < 0.76:
         return [f"{out} = {v}", "for key, val in D.items():", f"    {out} = {out} + val"], out
-    return rng.choice(WRITES).format(v=v).split("\n"), None
+    return rng.choice(pools["writes"]).format(v=v).split("\n"), None
 
 
-def generate_state(seed: int, n_steps: int | None = None) -> StateProgram:
+def generate_state(seed: int, n_steps: int | None = None, hidden: bool = False,
+                   exclude: str | None = None) -> StateProgram:
+    """A random program; `hidden`: with the HIDDEN_* state and templates too (the fuzz loop's mix);
+    `exclude`: a regular expression, templates matching it are not drawn."""
     rng = random.Random(seed)
+    pools = _templates(hidden, exclude)
     start = {"G": rng.choice([1, 2, 3, 4]), "GF": rng.choice([0.5, 1.5, -2.0]), "FLAG": rng.random() < 0.5,
              "c": rng.choice([1, 3, 5]), "L": [rng.choice(INTS) for _ in range(rng.randint(1, 4))],
              "D": {"a": rng.choice([1.0, 2, -0.5]), "b": rng.choice([1, 2.5])}, "k": rng.choice([2, 0.5, 3]),
              "on": rng.random() < 0.5, "scale": rng.choice([1.5, 2, -1.0])}
     names, body = ["x", "y"], []
     for k in range(rng.randint(3, 10)):
-        lines, out = _statement(rng, names, k)
+        lines, out = _statement(rng, names, k, pools)
         body.append(lines)
         if out:
             names.append(out)
     tensors = [nm for nm in names if nm != "x" and nm != "y"] or ["x"]
     ret = rng.sample(tensors, min(len(tensors), rng.randint(1, 2)))
-    ret += rng.sample(["len(L)", "CNT", "c", "G", "D.get('s')", "obj.k"], rng.randint(0, 2))
-    prog = StateProgram(rng.randrange(10 ** 6), rng.choice(B_SIZES), start, body, ret)
+    ret += rng.sample(pools["returns"], rng.randint(0, 2))
+    prog = StateProgram(rng.randrange(10 ** 6), rng.choice(B_SIZES), start, body, ret, hidden=hidden)
     for i in range(n_steps or rng.randint(8, 16)):
-        change = _fill(rng, rng.choice(CHANGES)) if i and rng.random() < 0.5 else ""
+        change = _fill(rng, rng.choice(pools["changes"])) if i and rng.random() < 0.5 else ""
         prog.steps.append(Step(change, rng.choice(A_SIZES), rng.choice(INTS), rng.randrange(10 ** 6)))
     return prog

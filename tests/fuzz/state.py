@@ -4,7 +4,10 @@ Each dynamic mode gets two fresh copies of the program's module, one whose `f` r
 one whose `f` is compiled; each step makes the same change in both, calls both, and compares the
 results, the inputs after the call and every piece of the modules' state (globals, the list, the
 dict, the object's and the module's attributes, parameters and buffers, the closure cell), values,
-types and requires_grad. Failure classes are run.py's (wrong / crash / noraise / exc-type / leak /
+types and requires_grad. A program with the hidden state (gen_state.py `hidden`) also compares the
+`_`-named attributes, the class's attributes, the slots, the defaults, what the lru_cache functions
+hold (keys and values, read from the cache itself) and what the weak containers hold once garbage
+is collected. Failure classes are run.py's (wrong / crash / noraise / exc-type / leak /
 hang). After a call that raised in both, the step ends the run: where an exception leaves half-done
 state is not compared.
 
@@ -13,6 +16,7 @@ state is not compared.
 from __future__ import annotations
 
 import copy
+import gc
 import linecache
 import os
 import random
@@ -29,6 +33,7 @@ from .oracle import difference, find_leak
 from .run import MODES, Failure, backend_config, limited
 
 STATE = ("G", "GF", "FLAG", "CNT", "GT", "L", "D")
+_MODULE_OWN = set(vars(torch.nn.Module())) - {"training"}  # nn.Module's own members: not the program's state
 _counter = [0]
 
 
@@ -43,22 +48,29 @@ def load_world(prog: StateProgram) -> dict:
     return ns
 
 
+def _val(v):
+    """A value `difference` compares: tensors cloned with their requires_grad, containers walked; a
+    trace-time object (a FakeTensor, a SymInt) as it is, for `find_leak`."""
+    if type(v).__module__.startswith("dynashape") or isinstance(v, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+        return v
+    if isinstance(v, torch.Tensor):
+        return (v.detach().clone(), v.requires_grad)
+    if isinstance(v, list):
+        return [_val(e) for e in v]
+    if isinstance(v, dict):
+        return {k: _val(e) for k, e in v.items()}
+    if isinstance(v, types.GeneratorType):  # where it stands
+        return ("generator", v.gi_frame.f_locals.get("k") if v.gi_frame is not None else None)
+    return v
+
+
 def snapshot(ns: dict) -> dict:
     """The module's state, as values `difference` compares (a tensor's requires_grad included)."""
-    def val(v):
-        if isinstance(v, torch.Tensor):
-            return (v.detach().clone(), v.requires_grad)
-        if isinstance(v, list):
-            return [val(e) for e in v]
-        if isinstance(v, dict):
-            return {k: val(e) for k, e in v.items()}
-        if isinstance(v, types.GeneratorType):  # where it stands
-            return ("generator", v.gi_frame.f_locals.get("k") if v.gi_frame is not None else None)
-        return v
+    val = _val
     m, obj = ns["m"], ns["obj"]
     out = {k: val(ns[k]) for k in STATE}
     out["obj"] = {k: val(v) for k, v in vars(obj).items()}
-    out["m"] = {k: val(v) for k, v in vars(m).items() if not k.startswith("_")}
+    out["m"] = {k: val(v) for k, v in vars(m).items() if k not in _MODULE_OWN}
     out["m.params"] = {k: val(v) for k, v in m.named_parameters()}
     out["m.buffers"] = {k: val(v) for k, v in m.named_buffers()}
     out["c"] = val(ns["f"].__closure__[_cell(ns["f"], "c")].cell_contents)
@@ -71,7 +83,56 @@ def snapshot(ns: dict) -> dict:
     out["defaults"] = (ns["scaled_by"].__defaults__, dict(ns["part"].keywords))
     out["dq"] = val(list(ns["dq"]))
     out["cnt"] = repr(ns["cnt"])
+    if "pm" in ns:  # gen_state's hidden state
+        out.update(hidden_snapshot(ns))
     return out
+
+
+def hidden_snapshot(ns: dict) -> dict:
+    """The hidden state (gen_state.StateProgram.hidden_source): `_` attributes, the class, the slots,
+    the defaults, the caches' contents and the weak containers' (call `gc.collect()` first)."""
+    val, pm, sl, f = _val, ns["pm"], ns["sl"], ns["f"]
+    return {
+        "pm": {k: val(v) for k, v in vars(pm).items() if k not in _MODULE_OWN},  # _steps, _scale, _kv, training
+        "Counted": {k: val(v) for k, v in vars(ns["Counted"]).items() if not k.startswith("__") and not callable(v)},
+        "co": {k: val(v) for k, v in vars(ns["co"]).items()},
+        "sl": {k: val(getattr(sl, k)) if hasattr(sl, k) else "<unset>" for k in type(sl).__slots__},
+        "f.defaults": [val(list(d) if isinstance(d, tuple) else d) for d in (f.__defaults__, f.__kwdefaults__)],
+        "helpers.defaults": [val(list(ns["remember"].__defaults__)), val(ns["tally"].__kwdefaults__)],
+        "MASK_K": ns["MASK_K"],
+        "mask": cache_contents(ns["mask"]),
+        "ramp": cache_contents(ns["ramp"]),
+        "WV": {k: val(v) for k, v in sorted(ns["WV"].items())},
+        "WS": sorted((val(v) for v in list(ns["WS"])), key=_order),
+    }
+
+
+def cache_contents(fn) -> tuple:
+    """What a `functools.lru_cache` function holds: (currsize, [(key, value)] by key), read from the C
+    cache's references (asking it would count hits and reorder it). Not its hit and miss counts: the
+    compiled calls that reuse a graph do not ask the cache, and a trace may ask it once more than eager."""
+    refs = gc.get_referents(fn)
+    cache = next(r for r in refs if type(r) is dict and "__wrapped__" not in r)
+    if fn.cache_info().maxsize is None:  # unbounded: key -> value
+        items = list(cache.items())
+    else:  # bounded: the links (key, value in LRU order) come before the dict mapping keys to links
+        before = []
+        for r in refs:
+            if r is cache:
+                break
+            if not isinstance(r, type):
+                before.append(r)
+        items = list(zip(before[0::2], before[1::2]))
+    return fn.cache_info().currsize, [(k, _val(v)) for k, v in sorted(items, key=lambda kv: repr(kv[0]))]
+
+
+def _order(v):
+    """A weak set's items in an order that does not depend on addresses."""
+    t = v[0] if isinstance(v, tuple) else v
+    try:
+        return (tuple(t.shape), str(t.dtype), round(float(t.double().sum()), 3), repr(t.tolist()))
+    except Exception:  # noqa: BLE001 - a trace-time value: find_leak reports it
+        return ((), "", 0.0, "")
 
 
 def _cell(fn, name: str) -> int:
@@ -102,6 +163,8 @@ def check_mode(prog: StateProgram, mode, steps=None) -> Failure | None:
     """The first failure of the compiled copy against the eager copy under `dynamic=mode`."""
     eager, comp = load_world(prog), load_world(prog)
     cf = ds.compile(comp["f"], dynamic=mode)
+    texts = [ln for st in prog.body for ln in st] + [st.change for st in (prog.steps if steps is None else steps)]
+    weak = prog.hidden and any("WV" in t or "WS" in t for t in texts)  # gc.collect() before reading them
     for i, step in enumerate(prog.steps if steps is None else steps):
         _change(eager, step.change)
         _change(comp, step.change)
@@ -118,12 +181,17 @@ def check_mode(prog: StateProgram, mode, steps=None) -> Failure | None:
                 return Failure("exc-type", mode, i, f"{type(gerr).__name__}: {gerr} (eager: {type(werr).__name__}: "
                                f"{werr})", f"{type(werr).__name__}->{type(gerr).__name__}")
             return None
-        state = snapshot(comp)
+        if weak:  # what the weak containers hold: the tensors still referenced after the call
+            gc.collect()
+        try:
+            state, eager_state = snapshot(comp), snapshot(eager)
+        except Exception as e:  # noqa: BLE001 - state the compiled call left unreadable
+            return Failure("wrong", mode, i, f"state unreadable: {type(e).__name__}: {e}")
         leak = find_leak(got) or find_leak(state, "state")
         if leak:
             return Failure("leak", mode, i, leak)
         d = (difference(want, got) or difference(wargs[:3], gargs[:3], "inputs")
-             or difference(snapshot(eager), state, "state"))
+             or difference(eager_state, state, "state"))
         if d:
             return Failure("wrong", mode, i, d)
     return None
@@ -201,7 +269,7 @@ from tests.fuzz.state import check_state_program
 
 PROGRAM = StateProgram({p.seed}, {p.b}, {p.start!r}, {p.body!r}, {p.ret!r}, [
     {steps},
-])
+]{", hidden=True" if p.hidden else ""})
 
 if __name__ == "__main__":
     print(PROGRAM.source())
@@ -214,8 +282,10 @@ if __name__ == "__main__":
 '''
 
 
-def fuzz_state(seed: int, seconds: float, report, *, out_dir=None, reduce_s=20.0, backends=("eager",), log=print):
-    """Random state programs for `seconds`; fills `report` (driver.Report)."""
+def fuzz_state(seed: int, seconds: float, report, *, out_dir=None, reduce_s=20.0, backends=("eager",), log=print,
+               hidden=True, exclude=None):
+    """Random state programs for `seconds` (with the hidden state unless `hidden=False`; no template
+    matching the regular expression `exclude`); fills `report` (driver.Report)."""
     from .driver import key_of
     rng = random.Random(seed)
     stats = {"calls": 0}
@@ -224,7 +294,7 @@ def fuzz_state(seed: int, seconds: float, report, *, out_dir=None, reduce_s=20.0
     if out_dir:
         os.makedirs(out_dir, exist_ok=True)
     while time.monotonic() - start < seconds:
-        prog = generate_state(rng.getrandbits(48))
+        prog = generate_state(rng.getrandbits(48), hidden=hidden, exclude=exclude)
         backend = backends[report.programs % len(backends)]
         report.backends[backend] = report.backends.get(backend, 0) + 1
         report.programs += 1
