@@ -213,6 +213,8 @@ def build_guards(tracer, env, *, globals_=None, closure=None, modules=(), grad_e
 
     extra = alias_extra
     lines.append(f"if torch.is_grad_enabled() is not {grad_enabled}: return False")
+    lines.append("if _fwad._current_level != -1: return False")  # (forward-mode AD: traced outside it)
+    ns["_fwad"] = torch.autograd.forward_ad
     inference = torch.is_inference_mode_enabled()
     if not grad_enabled:  # inference mode turns grad off: with grad on, the line above rules it out
         lines.append(f"if torch.is_inference_mode_enabled() is not {inference}: return False")

@@ -408,6 +408,7 @@ class CompiledFunction:
                 finally:
                     state.restore()  # nothing of the trace stays in the user's objects
                     rngs.restore()
+                    tracer.real = env.speculate = None  # (an entry keeps its env: not this call's arguments)
                     torch._C._set_grad_enabled(grad)  # the compiled code starts from the entry's mode
         except (GraphBreak, DataDependentError) as e:
             torch._C._set_grad_enabled(grad)

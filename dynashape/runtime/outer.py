@@ -129,6 +129,8 @@ class Outer:
             tracer.value_inputs.append(_ident(src, v))  # a rebound helper function or class recompiles
             if isinstance(v, types.FunctionType) and not _library(v):
                 state.function(v, src)  # its cells: read (guarded) and written (replayed) by the trace
+            elif isinstance(v, type):  # a class of the user's: its attributes (`Counted.scale += 0.5`) too
+                state._class_attrs(v, src)
         elif isinstance(v, types.ModuleType):
             if not _library(v):  # its attributes are guarded where they are read (`settings.SCALE`); a
                 self._namespace(_dict_of(v))  # store to one (`settings.SCALE = 3`) is replayed

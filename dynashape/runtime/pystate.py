@@ -35,7 +35,7 @@ from ..symbolic.symtypes import SymBase
 from ..symbolic.sources import AttrSource, GlobalSource, ItemSource, ModuleGlobalSource, NamespaceSource, Source
 from ..tracing.errors import GraphBreak
 from ..tracing.outputs import Template, build, builder
-from ..tracing.pyenv import IteratorStandIn
+from ..tracing.pyenv import IteratorStandIn, WeakStandIn
 from .annotations import ANY as _MARKED_ANY
 from .pystate_classes import _ATOMIC, _PLAIN, ClassState, _library_class, _plain
 from .pystate_containers import _CellDict, _contents, _position, _set_items, _slot, _target
@@ -49,6 +49,7 @@ _MAX_DEPTH = 6
 # nn.Module's own members (parameters, buffers, submodules, hooks: guarded and read apart); a module's
 # other attributes, private ones (`self._steps`, `self._kv`) included, are the user's state
 _MODULE_INTERNALS = frozenset(vars(torch.nn.Module())) | {"_compiled_call_impl"}
+_MODULE_DICTS = tuple(k for k, v in vars(torch.nn.Module()).items() if isinstance(v, dict))
 _MAX_NODES = 4000
 
 
@@ -141,7 +142,7 @@ class PyState(ClassState):
         self._var[id(m)] = mv
         d = vars(m)
         self._contain("attrs", m, src)
-        for k in module_epoch.MEMBERS:
+        for k in _MODULE_DICTS:  # members, hooks (one a trace that then broke registered is taken off again)
             if isinstance(d.get(k), dict):
                 self._contain("dict", d[k], AttrSource(src, k))
         self._walked.append((m, src))
@@ -201,11 +202,12 @@ class PyState(ClassState):
             if type(v) in (list, collections.deque):  # (a deque's changes replayed as a list's)
                 self._contain("list", v, src)
             if type(v) is collections.deque and _plain(list(v)):
-                self._check(f"type({var}) is {t} and list({var}) == {self._const(list(v))}", f"{src.pretty()} == {v!r}")
+                self._check(f"type({var}) is {t} and list({var}) == {self._const(copy.deepcopy(list(v)))}", f"{src.pretty()} == {v!r}")
                 return
             if _plain(v):
-                self._check(f"type({var}) is {t} and {var} == {self._const(list(v) if type(v) is list else v)}",
+                self._check(f"type({var}) is {t} and {var} == {self._const(copy.deepcopy(list(v) if type(v) is list else v))}",
                             f"{src.pretty()} == {v!r}")
+                self._contain_nested(v, src)
                 return
             self._check(f"type({var}) is {t} and len({var}) == {len(v)}",
                         f"type({src.pretty()}) is {type(v).__name__} and len({src.pretty()}) == {len(v)}")
@@ -220,7 +222,8 @@ class PyState(ClassState):
                 return
             self._contain("dict", v, src)
             if _plain(v):
-                self._check(f"type({var}) is {t} and {var} == {self._const(dict(v))}", f"{src.pretty()} == {v!r}")
+                self._check(f"type({var}) is {t} and {var} == {self._const(copy.deepcopy(dict(v)))}", f"{src.pretty()} == {v!r}")
+                self._contain_nested(v, src)
                 return
             self._check(f"type({var}) is {t} and tuple({var}) == {self._const(tuple(v))}",
                         f"type({src.pretty()}) is {type(v).__name__} and its keys are {tuple(v)!r}")
@@ -231,12 +234,13 @@ class PyState(ClassState):
                 self._attrs(v, src, var, depth)
             return
         if isinstance(v, (weakref.WeakValueDictionary, weakref.WeakKeyDictionary, weakref.WeakSet)):
-            # (its refs hold the trace's stand-ins if walked as an object): changes replayed as a dict's
+            # what it holds comes and goes with the caller's objects: a stand-in that breaks at any use
             self._check(f"{var} is {self._const(v, 'o')}", f"{src.pretty()} is the same {type(v).__name__}")
-            if isinstance(v, weakref.WeakKeyDictionary):  # (its refs, compared by identity: a tensor key's == is not)
-                self.container("dict", v.data, AttrSource(src, "data"))
-            else:
-                self._contain("list" if isinstance(v, weakref.WeakSet) else "dict", v, src)  # or a list's
+            holder = holder or self._global_holder(v, src)
+            if holder is not None:
+                if isinstance(holder[0], dict):
+                    self.ignored.add((id(holder[0]), holder[1]))
+                self._swap_in(holder[0], holder[1], WeakStandIn(v, src.pretty()), v)
             return
         if isinstance(v, (set, frozenset)):
             self._check(f"{var} == {self._const(set(v))}", f"{src.pretty()} == {v!r}")
@@ -266,6 +270,14 @@ class PyState(ClassState):
         self._check(f"type({var}) is {t}", f"type({src.pretty()}) is {type(v).__qualname__}")
         self._class_attrs(type(v), src)
         self._attrs(v, src, var, depth)
+
+    def _contain_nested(self, v, src: Source) -> None:
+        """The lists and dicts inside a plain one (guarded by its value): changed in place (`k[0] += 1` of
+        a `{'k': [0]}`), their changes are replayed and undone like any container's."""
+        for k, x in (v.items() if isinstance(v, dict) else enumerate(v)):
+            if type(x) in (list, dict) and _key_ok(k) and id(x) not in self.readers:
+                self.container("list" if type(x) is list else "dict", x, ItemSource(src, k))
+                self._contain_nested(x, ItemSource(src, k))
 
     def function(self, fn, src: Source) -> None:
         """A helper function the trace may call (a global; its identity is guarded by the caller):
@@ -310,6 +322,8 @@ class PyState(ClassState):
         self.containers.append((kind, obj, src))
         if hasattr(self, "_snap"):
             self._snap.append((kind, obj, src, _contents(kind, obj)))
+            if kind == "attrs":
+                self._contained_attrs(obj, src)
             self._written = None  # its writes are not watched: every container is compared
 
     def _iterator(self, it, src: Source, holder=None) -> None:
@@ -319,9 +333,7 @@ class PyState(ClassState):
         whose eager run then draws from the original as eager would. One that cannot be copied (a
         generator) is replaced by a stand-in that breaks at the first draw, before drawing. Only one
         in a tuple is watched in place: advanced, it breaks too, one draw late."""
-        if holder is None and isinstance(src, (ModuleGlobalSource, GlobalSource)):
-            d = self.env.get(src.base.key) if isinstance(src, ModuleGlobalSource) else self.env["G"]
-            holder = (d, src.global_name) if d is not None and d.get(src.global_name) is it else None
+        holder = holder or self._global_holder(it, src)
         if holder is None:
             self._iterators.append((it, src, _position(it)))
             return
@@ -345,6 +357,13 @@ class PyState(ClassState):
         self._swaps.append((c, key, twin, it))
         if hasattr(self, "_snap"):  # met while tracing: the snapshot is taken
             c[key] = twin
+
+    def _global_holder(self, v, src: Source):
+        """(globals dict, name) where a global `v` sits, or None."""
+        if not isinstance(src, (ModuleGlobalSource, GlobalSource)):
+            return None
+        d = self.env.get(src.base.key) if isinstance(src, ModuleGlobalSource) else self.env["G"]
+        return (d, src.global_name) if d is not None and d.get(src.global_name) is v else None
 
     def _unswap(self) -> None:
         """The iterators the trace drew from copies of back in their places."""
@@ -397,7 +416,7 @@ class PyState(ClassState):
             immutable = isinstance(x, _PLAIN) or type(x) in (tuple, frozenset) and _plain(x)  # kernel_size=(3, 3)
             (plain if immutable and (module or isinstance(x, _PLAIN)) else rest).append((k, x))
         if module:  # checked together with every other module's, in one comparison
-            self._mod_plain += [(d, src, k, x) for k, x in plain]
+            self._mod_plain += [(d, src, k, copy.deepcopy(x)) for k, x in plain]
             if any(not isinstance(x, torch.nn.Module) for _, x in rest):
                 self.lines.append(f"{dv} = {var}.__dict__")
         elif plain:
@@ -532,6 +551,7 @@ class PyState(ClassState):
     # ------------------------------------------------------------ snapshot, effects, restore
     def snapshot(self) -> None:
         self._snap = [(kind, obj, src, _contents(kind, obj)) for kind, obj, src in self.containers]
+        self._note_classes()
         for d, key, twin, _ in self._swaps:
             d[key] = twin
         self._own_dicts = [(obj, vars(obj)) for kind, obj, _ in self.containers if kind == "attrs"]
@@ -557,6 +577,7 @@ class PyState(ClassState):
                 raise GraphBreak(f"the function advanced {src.pretty()}, a {type(it).__name__} iterator whose "
                                  "position a compiled call cannot replay", None,
                                  "What to do: draw from it outside the compiled function and pass the value.")
+        self._refuse_changed_classes()
         tmpl = Template(self.tracer, self.readers)
         self.template = tmpl
         self.out_spec = tmpl.of(out)
@@ -605,6 +626,7 @@ class PyState(ClassState):
 
     def restore(self) -> None:
         self._unswap()
+        self._put_back_classes()
         for obj, d in getattr(self, "_own_dicts", ()):  # `obj.__dict__ = {...}` in the trace: its own dict back
             if vars(obj) is not d:
                 object.__setattr__(obj, "__dict__", d)
@@ -670,7 +692,9 @@ class PyState(ClassState):
 
 
 _MISSING = object()
-_UNTAGGED = ("list", "cell", "class", "slots")  # containers without a dict version tag: always compared
+_UNTAGGED = ("list", "cell", "class", "slots")
+_REAL_TENSORS = (torch.Tensor, torch.nn.Parameter, torch.nn.Buffer) if hasattr(torch.nn, "Buffer") else (
+    torch.Tensor, torch.nn.Parameter)  # containers without a dict version tag: always compared
 
 
 class _NNModule(Source):

@@ -6,7 +6,9 @@ A user's class holds state as an instance does: `type(self).count += 1`, a class
 like an attribute's value (a list appended to is replayed), and the class's own attributes are a
 container whose changes by the trace are replayed and undone like an object's `__dict__`. An object
 with `__slots__` (no `__dict__`) is walked slot by slot the same way. Library classes (torch,
-transformers, the standard library) are left out: their attributes are theirs.
+transformers, the standard library) are left out: their attributes are theirs. What no container
+holds, an object's class (`obj.__class__ = Other`) and a real tensor's own Python attributes
+(`weight.seen = n`), is compared after the trace: changed, the call breaks, and it is put back.
 """
 from __future__ import annotations
 
@@ -17,8 +19,9 @@ import weakref
 
 import torch
 
-from ..symbolic.sources import AttrSource, Source
+from ..symbolic.sources import AttrSource, ItemSource, Source
 from ..symbolic.userloc import is_library_file
+from ..tracing.errors import GraphBreak
 from ..tracing.cached import CachedStandIn, is_user_cache
 from .pystate_containers import _AttrDict, slot_names
 
@@ -79,8 +82,8 @@ class ClassSource(Source):
 
 
 class ClassState:
-    """PyState's methods for classes and slots (needs its _seen, _keep, env, ignored, tracer, _const,
-    _check, _child, container, _swap_in)."""
+    """PyState's methods for classes and slots (needs its _seen, _keep, env, ignored, tracer, containers,
+    _snap, _const, _check, _child, container, _swap_in)."""
 
     def _class_attrs(self, cls, src: Source) -> None:
         """The user's own classes of an object: plain attributes guarded by value (`self.use_cache_default`
@@ -105,13 +108,13 @@ class ClassState:
                             " and ".join(f"{klass.__qualname__}.{k} == {x!r}" for k, x in items))
             for k, x in vars(klass).items():
                 if is_user_cache(x):  # a cached method: asked without running its body (tracing/cached.py)
-                    self._swap_in(_AttrDict(klass), k, CachedStandIn(x, AttrSource(csrc, k), self.tracer), x)
+                    self._swap_in(_AttrDict(klass), k, CachedStandIn(x, ItemSource(AttrSource(csrc, "__dict__"), k), self.tracer), x)
                     self.ignored.add((id(klass), k))
                     continue
                 if k.startswith("__") or isinstance(x, _PLAIN) or isinstance(x, _CODE) or not k.isidentifier() \
-                        or hasattr(type(x), "__get__"):  # (descriptors: functools.cached_property, ...)
-                    continue
-                self._child(x, AttrSource(csrc, k), f"{cd}.get({k!r})", 1)
+                        or hasattr(type(x), "__get__") and _library_class(type(x)):  # (functools.cached_property...)
+                    continue  # (a descriptor of the user's own class is state: what its __get__ reads is guarded)
+                self._child(x, ItemSource(AttrSource(csrc, "__dict__"), k), f"{cd}.get({k!r})", 1)
 
     def _slots(self, obj, src: Source, var: str, depth: int) -> bool:
         """An object with `__slots__` and no `__dict__`: its slots walked like attributes, their
@@ -128,3 +131,43 @@ class ClassState:
                 continue
             self._child(x, AttrSource(src, k), f"{var}.{k}", depth)
         return True
+
+    # -------------------------------------------------------- what no container holds: classes, tensors' attributes
+    def _note_classes(self) -> None:
+        """At the snapshot: the class of every object whose attributes are a container (`obj.__class__ =
+        Other`, as a parametrization does, is neither replayed nor undone by them), and the Python
+        attributes of the real tensors the containers hold (`self.lin.weight.seen = n`)."""
+        self._classes = [(obj, type(obj), src) for kind, obj, src in self.containers if kind == "attrs"]
+        self._tensor_attrs = [(t, dict(t.__dict__)) for _, _, _, c in self._snap
+                              for t in (c.values() if isinstance(c, dict) else c) if type(t) in _REAL_TENSORS]
+
+    def _contained_attrs(self, obj, src) -> None:
+        """An object's attributes met after the snapshot (while tracing): its class noted too."""
+        self._classes.append((obj, type(obj), src))
+
+    def _refuse_changed_classes(self) -> None:
+        """At the end of the trace: a class or a tensor's attribute it changed is a graph break (the
+        compiled code would not change it again); restore() puts it back."""
+        for obj, cls, src in self._classes:
+            if type(obj) is not cls:
+                raise GraphBreak(f"the function changes the class of {src.pretty()} (to {type(obj).__qualname__}), "
+                                 "which the compiled code would not do again", None,
+                                 "What to do: change it before calling the compiled function.")
+        for t, before in self._tensor_attrs:
+            if t.__dict__ != before:
+                names = ", ".join(sorted(set(t.__dict__) ^ set(before) or t.__dict__))
+                raise GraphBreak(f"the function sets an attribute of its own on a tensor ({names}), which the "
+                                 "compiled code would not set again", None,
+                                 "What to do: keep the value elsewhere (a dict, an attribute of a module).")
+
+    def _put_back_classes(self) -> None:
+        for obj, cls, _ in getattr(self, "_classes", ()):
+            if type(obj) is not cls:
+                object.__setattr__(obj, "__class__", cls)
+        for t, before in getattr(self, "_tensor_attrs", ()):
+            if t.__dict__ != before:
+                t.__dict__.clear()
+                t.__dict__.update(before)
+
+
+_REAL_TENSORS = (torch.Tensor, torch.nn.Parameter) + ((torch.nn.Buffer,) if hasattr(torch.nn, "Buffer") else ())

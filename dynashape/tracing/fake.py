@@ -64,6 +64,24 @@ class FakeTensor(torch.Tensor):
     def __format__(self, spec):
         return self.__repr__()
 
+    def __getattr__(self, name):  # (only for what the stand-in does not have: the user's own attributes)
+        if name[:2] != "__" and name[:3] != "ds_" and _users_frame(sys._getframe(1)):
+            from .errors import GraphBreak
+            from ..symbolic.userloc import user_location
+            raise GraphBreak(f"`.{name}`, an attribute of your own on a tensor, read while tracing (the trace "
+                             "stands in for the caller's tensor, whose attributes are not guarded)", user_location(),
+                             "What to do: pass the value as an argument instead of an attribute of the tensor.")
+        raise AttributeError(f"'{type(self).__name__}' object has no attribute '{name}'")
+
+    def __setattr__(self, name, value):
+        if name[:3] != "ds_" and not hasattr(torch.Tensor, name) and _users_frame(sys._getframe(1)):
+            from .errors import GraphBreak
+            from ..symbolic.userloc import user_location
+            raise GraphBreak(f"`.{name} = ...`, an attribute of your own set on a tensor while tracing (the compiled "
+                             "code would not set it on the caller's tensor)", user_location(),
+                             "What to do: keep the value elsewhere (a dict, an attribute of a module).")
+        torch.Tensor.__setattr__(self, name, value)
+
     def __hash__(self):  # (torch's Tensor.__hash__ is id(self), with no torch function to intercept)
         f = sys._getframe(1)
         if not is_ours(f.f_code.co_filename):
@@ -81,6 +99,11 @@ class FakeTensor(torch.Tensor):
             return FakeTensor
         from .pyenv import user_type  # (pyenv imports this module)
         return user_type(self)
+
+
+def _users_frame(f) -> bool:
+    name = f.f_code.co_filename
+    return not is_library_file(name) and not is_ours(name)
 
 
 def make_fake(meta: torch.Tensor, sizes, node, device, tracer) -> FakeTensor:

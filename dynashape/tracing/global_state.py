@@ -29,8 +29,8 @@ import torch
 from ..symbolic.errors import DataDependentError
 from ..symbolic.functions import MATH_CALLS
 from ..symbolic.symtypes import SymBase, SymBool, SymInt, sym_max, sym_min, wrap_node
-from ..symbolic.userloc import user_location
-from . import py_output
+from ..symbolic.userloc import is_library_file, user_location
+from . import py_output, torch_flags
 from .errors import GraphBreak
 from .pyenv import user_call_in_trace
 from .state import current_tracer
@@ -57,6 +57,8 @@ _POINTS += [(torch.cuda, n, f"rng.cuda.{n}") for n in _CUDA_RNG_CALLS if hasattr
 _POINTS += [(math, n, f"math.{n}") for n in MATH_CALLS]
 _POINTS += [(logging.Logger, n, f"log.{n}") for n in py_output.LOG_LEVELS]
 _POINTS += [(logging.Logger, "isEnabledFor", "log.isEnabledFor"), (warnings, "warn", "warnings.warn")]
+_POINTS += [(torch._C._autograd, "_push_saved_tensors_default_hooks", "saved_hooks"),
+            (torch.autograd.forward_ad, "enter_dual_level", "dual_level")]
 _ORIGINAL = {key: getattr(owner, name) for owner, name, key in _POINTS}
 _lock = threading.Lock()
 _users = 0  # traces running, on any thread
@@ -108,6 +110,22 @@ def _refuse(name):
     return fn
 
 
+def _saved_hooks(pack, unpack):
+    """`torch.autograd.graph.saved_tensors_hooks(pack, unpack)` entered while tracing: the hooks would
+    run on the trace's stand-ins only (the compiled code saves tensors its own way). torch's own
+    (checkpoint's) go on: they only recompute what the compiled code keeps."""
+    if not is_library_file(getattr(getattr(pack, "__code__", None), "co_filename", "") or ""):
+        raise GraphBreak("saved_tensors_hooks(...) of your own inside the compiled function (they would run on "
+                         "the trace's stand-ins, never on the tensors the compiled code saves)", user_location(),
+                         "What to do: enter it around the call of the compiled function.")
+    return _ORIGINAL["saved_hooks"](pack, unpack)
+
+
+def _dual_level(*args, **kwargs):
+    raise GraphBreak("forward-mode AD (fwAD.dual_level()) inside the compiled function", user_location(),
+                     "What to do: enter the dual level around the call of the compiled function.")
+
+
 def _print(*args, **kwargs):  # replayed with the real values when the compiled code runs
     if kwargs.get("file") is not None:
         raise GraphBreak("print(..., file=...) inside the compiled function", user_location())
@@ -140,6 +158,7 @@ def _handlers(tracer) -> dict:
         _SHARED["warnings.warn"] = py_output.warn(_ORIGINAL, "warnings.warn")
         _SHARED.update({n: _flag_reader(n) for n in FLAG_GETTERS if n in _ORIGINAL})
         _SHARED.update({n: _refuse(n) for n in _BREAKS if n in _ORIGINAL})
+        _SHARED.update(saved_hooks=_saved_hooks, dual_level=_dual_level)
         _SHARED.update({key: _rng_call(key) for key in _ORIGINAL if key.startswith("rng.")})
     out = dict(_SHARED)
     out[_TRACER] = tracer
@@ -214,6 +233,7 @@ def intercept_global_state(tracer):
     if stack is None:
         stack = _local.handlers = []
     stack.append(_handlers(tracer))
+    flags = torch_flags.now()
     with _lock:
         if _users == 0:
             for owner, name, key in _POINTS:
@@ -228,7 +248,13 @@ def intercept_global_state(tracer):
         _users += 1
     try:
         yield
+        changed = torch_flags.changed(flags)
+        if changed:
+            raise GraphBreak(f"the function changes torch's global setting {changed[0]} (the compiled code would "
+                             "not change it again on later calls)", None,
+                             "What to do: change it before calling the compiled function.")
     finally:
+        torch_flags.put_back(flags)  # (the eager run of a broken call changes it as eager does)
         stack.pop()
         with _lock:
             _users -= 1

@@ -126,6 +126,8 @@ class _TypeMeta(type):
         if pytype is not None:
             return pytype
         if t is FakeTensor:  # the type of the tensor it stands for (a Parameter, a subclass)
+            if args[0].__dict__.get("_is_param"):  # nn.Parameter(t) made in the trace
+                return torch.nn.Parameter
             tr = current_tracer()
             real = tr._input_of.get(id(args[0])) if tr is not None else None
             return _orig_type(real[1]) if real is not None else torch.Tensor
@@ -172,6 +174,30 @@ class IteratorStandIn:
 
 
 _PYTYPE[IteratorStandIn] = IteratorStandIn
+
+
+class WeakStandIn:
+    """In the place of a weak container (WeakValueDictionary, WeakKeyDictionary, WeakSet) the trace can
+    reach, while it runs (runtime/pystate.py): what it holds comes and goes with the caller's objects,
+    which no guard follows and no replay can rebuild, so any use of it runs the call eagerly."""
+
+    def __init__(self, obj, where: str):
+        self._obj, self._where = obj, where
+
+    def _refuse(self, *args, **kwargs):
+        raise GraphBreak(f"the function uses {self._where}, a {_orig_type(self._obj).__name__} (what it holds comes "
+                         "and goes with the caller's objects, which the compiled code cannot follow)", user_location(),
+                         "What to do: use it outside the compiled function, or keep the values in a dict or list.")
+
+    __len__ = __iter__ = __contains__ = __getitem__ = __setitem__ = __delitem__ = __bool__ = _refuse
+    __eq__ = __ior__ = __isub__ = _refuse
+    __hash__ = None
+
+    def __getattr__(self, name):
+        self._refuse()
+
+
+_PYTYPE[WeakStandIn] = WeakStandIn
 
 
 def user_setattr(obj, name, value):

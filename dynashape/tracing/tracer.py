@@ -266,6 +266,10 @@ class Tracer:
         fake = self._fakes.get(id(t))
         if fake is not None:
             return fake
+        if torch._C._functorch.is_functorch_wrapped_tensor(t):  # vmap's, jvp's: not a constant of ours
+            raise GraphBreak("torch.func's transforms (vmap, jvp, jacfwd...) inside the compiled function",
+                             user_location(), "What to do: compile the function the transform calls, or "
+                             "apply the transform to the compiled function from outside.")
         src = self.lift_sources.get(id(t))
         if src is not None:  # module parameters and buffers are static by default
             return self.tensor_input(t, src, "param" if id(t) in self._module_tensors else "size")
@@ -281,6 +285,9 @@ class Tracer:
     def run(self, fn, args, kwargs, finish=None):
         """`finish(out)` -> the graph's output value (default: `to_ir(out)`)."""
         self._in_try = None
+        if torch.autograd.forward_ad._current_level != -1:  # tangents the compiled code would not carry
+            raise GraphBreak("a call inside forward-mode AD (fwAD.dual_level())", None,
+                             "What to do: call the function without compiling it there.")
         with watching_errors(), tracing_scope(self), intercept_global_state(self), TracingMode(self):
             out = fn(*args, **kwargs)
         refuse_in_try(self._in_try)

@@ -127,3 +127,160 @@ def test_a_mutable_default_argument_is_changed_as_eager_changes_it(dynamic):
         got, want = fc0.__kwdefaults__["kw"], fe.__kwdefaults__["kw"]
         assert len(got) == len(want) and all(torch.equal(a, b) for a, b in zip(got, want))
         _no_trace_values(fc0.__defaults__[1], fc0.__defaults__[2], got)
+
+
+# ---- found by a second hunt (nn.Module and autograd features): what a trace that breaks leaves behind,
+# and state no container held
+
+def _breaks(x):
+    return x + len(str(x)) * 0  # a tensor formatted into a string: a graph break, the call runs eagerly
+
+
+class _HookInForward(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(3, 3)
+        self.calls = []
+
+    def forward(self, x):
+        h = self.lin.register_forward_hook(lambda m, i, o: (self.calls.append(1), o + 1)[1])
+        y = _breaks(self.lin(x))
+        h.remove()
+        return y
+
+
+class _Parametrized(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(3, 3)
+
+    def forward(self, x):
+        import torch.nn.utils.parametrize as P
+        if not P.is_parametrized(self.lin):
+            P.register_parametrization(self.lin, "weight", _Symmetric())
+        return _breaks(self.lin(x))
+
+
+class _Symmetric(torch.nn.Module):
+    def forward(self, w):
+        return w.triu() + w.triu(1).T
+
+
+@pytest.mark.parametrize("make", [_HookInForward, _Parametrized])
+def test_a_trace_that_breaks_leaves_no_hook_or_class_change_behind(make):
+    """A hook a forward registered (and a parametrization's class swap) in a trace that then broke
+    stayed: the eager run registered its own, and the hook ran twice."""
+    torch.manual_seed(0)
+    me = make()
+    mc = make()
+    mc.load_state_dict(me.state_dict())
+    cf = ds.compile(mc)
+    for _ in range(3):
+        x = torch.randn(2, 3)
+        torch.testing.assert_close(cf(x), me(x))
+        assert type(mc.lin).__name__ == type(me.lin).__name__
+        assert len(mc.lin._forward_hooks) == len(me.lin._forward_hooks)
+        assert len(getattr(mc, "calls", ())) == len(getattr(me, "calls", ()))
+
+
+def test_a_class_assigned_in_the_function_runs_eagerly():
+    class A:
+        k = 2
+
+    class B:
+        k = 3
+
+    def make():
+        o = A()
+
+        def f(x):
+            y = x * o.k
+            o.__class__ = B if o.__class__ is A else A
+            return y
+        return f, o
+    (fe, oe), (fc0, oc) = make(), make()
+    cf = ds.compile(fc0)
+    for n in SIZES:
+        x = torch.ones(n)
+        torch.testing.assert_close(cf(x), fe(x))
+        assert type(oc) is type(oe)
+    assert "changes the class of" in cf.stats.graph_breaks[0]
+
+
+def test_a_tensor_s_own_attributes_are_not_baked():
+    def reads(x):
+        return x * (2 if getattr(x, "flag", False) else 3)
+    cf = ds.compile(reads)
+    x = torch.ones(2)
+    torch.testing.assert_close(cf(x), reads(x))
+    x.flag = True
+    torch.testing.assert_close(cf(x), reads(x))
+
+    class M(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(2, 2)
+
+        def forward(self, x):
+            self.lin.weight.seen = self.lin.weight.__dict__.get("seen", 0) + 1
+            return self.lin(x)
+    me, mc = M(), M()
+    mc.load_state_dict(me.state_dict())
+    cm = ds.compile(mc)
+    for _ in range(3):
+        x = torch.randn(2)
+        torch.testing.assert_close(cm(x), me(x))
+        assert mc.lin.weight.seen == me.lin.weight.seen
+
+
+def _descriptor_class():
+    class Scale:
+        def __init__(self):
+            self.value, self.reads = 2.0, 0
+
+        def __get__(self, obj, owner=None):
+            self.reads += 1
+            return self.value
+
+    class Cfg:
+        scale = Scale()
+    return Cfg
+
+
+def test_a_user_descriptor_s_state_is_guarded_and_its_changes_replayed():
+    E, C = _descriptor_class(), _descriptor_class()
+
+    def f(x, cfg):
+        return x * cfg.scale
+    cf = ds.compile(f)
+    for _ in range(4):
+        x = torch.ones(2)
+        torch.testing.assert_close(cf(x, C()), f(x, E()))
+        assert C.__dict__["scale"].reads == E.__dict__["scale"].reads
+        E.__dict__["scale"].value += 1
+        C.__dict__["scale"].value += 1
+
+
+def _helper_defaults():
+    def remember(v, seen=[]):  # noqa: B006
+        seen.append(v.shape[0])
+        return v * len(seen)
+
+    def tally(v, *, k=[0]):  # noqa: B006
+        k[0] += 1
+        return v + k[0]
+
+    def f(x):
+        return remember(x) + tally(x)
+    return f, remember, tally
+
+
+def test_a_helper_s_mutable_defaults_and_a_list_inside_a_plain_dict_are_state():
+    """A guard compared `{'k': [0]}` with a shallow copy of itself (the same inner list, changed in
+    place with it): a helper's `k=[0]` default counted once."""
+    (fe, re_, te), (fc0, rc, tc) = _helper_defaults(), _helper_defaults()
+    cf = ds.compile(fc0)
+    for n in (2, 4, 3, 3):
+        x = torch.zeros(n)
+        torch.testing.assert_close(cf(x), fe(x))
+        assert rc.__defaults__ == re_.__defaults__ and tc.__kwdefaults__ == te.__kwdefaults__

@@ -82,3 +82,74 @@ def test_a_flag_read_only_by_our_own_tracing_is_no_guard():
     with torch.inference_mode():
         torch.testing.assert_close(cg(x), g(x))
     assert cg.stats.compiles == 2
+
+
+# ---- torch's global settings and autograd contexts the compiled code never enters (a second hunt)
+
+def _sets_global_settings(x):
+    torch.set_float32_matmul_precision("medium")
+    torch.backends.mkldnn.enabled = False
+    torch.set_printoptions(precision=2)
+    return x * 2
+
+
+def _settings():
+    return (torch.get_float32_matmul_precision(), torch.backends.mkldnn.enabled,
+            torch._tensor_str.PRINT_OPTS.precision)
+
+
+def test_a_global_setting_changed_in_the_function_is_changed_on_every_call():
+    before = _settings()
+    cf = ds.compile(_sets_global_settings)
+    try:
+        for _ in range(3):
+            torch.set_float32_matmul_precision(before[0])
+            torch.backends.mkldnn.enabled = before[1]
+            torch.set_printoptions(precision=before[2])
+            torch.testing.assert_close(cf(torch.ones(3)), torch.full((3,), 2.0))
+            assert _settings() == ("medium", False, 2)
+        assert "global setting" in cf.stats.graph_breaks[0]
+    finally:
+        torch.set_float32_matmul_precision(before[0])
+        torch.backends.mkldnn.enabled = before[1]
+        torch.set_printoptions(precision=before[2])
+
+
+def test_saved_tensor_hooks_forward_ad_and_vmap_inside_run_eagerly():
+    import torch.autograd.forward_ad as fwAD
+    packed = []
+
+    def hooks(x):
+        with torch.autograd.graph.saved_tensors_hooks(lambda t: (packed.append(1), t * 1)[1], lambda t: t * 2):
+            return (x * x).sum()
+
+    def dual(x):
+        with fwAD.dual_level():
+            d = fwAD.make_dual(x, torch.ones_like(x))
+            return fwAD.unpack_dual(d.sin()).tangent
+
+    def mapped(x):
+        return torch.vmap(lambda r: r * r.sum())(x)
+    for fn, make in ((hooks, lambda: torch.ones(3, requires_grad=True)), (dual, lambda: torch.ones(3)),
+                     (mapped, lambda: torch.ones(2, 3))):
+        cf = ds.compile(fn)
+        for _ in range(2):
+            a, b = make(), make()
+            want, got = fn(a), cf(b)
+            torch.testing.assert_close(got, want)
+            if a.requires_grad:
+                want.backward()
+                got.backward()
+                torch.testing.assert_close(b.grad, a.grad)
+        assert cf.stats.graph_breaks, fn.__name__
+
+
+def test_a_call_inside_a_dual_level_runs_eagerly_with_its_tangent():
+    import torch.autograd.forward_ad as fwAD
+    cf = ds.compile(lambda x: x.sin() * 2)
+    cf(torch.ones(3))  # compiled outside forward AD
+    with fwAD.dual_level():
+        d = fwAD.make_dual(torch.ones(3), torch.ones(3))
+        tangent = fwAD.unpack_dual(cf(d)).tangent
+    assert tangent is not None
+    torch.testing.assert_close(tangent, torch.ones(3).cos() * 2)

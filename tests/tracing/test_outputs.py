@@ -358,3 +358,25 @@ def test_an_object_of_the_user_s_class_made_in_the_call_is_fresh_each_call():
         got, want = cf(torch.ones(n)), f(torch.ones(n))
         assert got[1] == want[1] and got[2].items == want[2].items == []
         assert got[1] is not first[1] and got[2] is not first[2]
+
+
+def test_a_parameter_made_in_the_call_is_a_parameter():
+    class M(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(3, 3)
+
+        def forward(self, x):
+            if not hasattr(self, "scale"):
+                self.scale = torch.nn.Parameter(torch.ones(3) * 2)
+            return self.lin(x) * self.scale, torch.nn.Parameter(x * 2), type(self.scale).__name__
+
+    me, mc = M(), M()
+    mc.load_state_dict(me.state_dict())
+    cf = ds.compile(mc)
+    for _ in range(2):
+        x = torch.randn(2, 3)
+        got, want = cf(x), me(x)
+        torch.testing.assert_close(got[0], want[0])
+        assert type(got[1]) is type(want[1]) is torch.nn.Parameter and got[2] == want[2] == "Parameter"
+        assert type(mc.scale) is torch.nn.Parameter and "scale" in dict(mc.named_parameters())

@@ -1,0 +1,64 @@
+"""torch's global settings a traced function may change (`torch.set_float32_matmul_precision`,
+`torch.autograd.set_detect_anomaly`, `torch.backends.cudnn.deterministic = True`,
+`torch.set_printoptions`...): the compiled code would not change them again on later calls. Read
+before and after each trace (tracing/global_state.py): one the trace changed is put back, and the
+call runs eagerly, which makes the change as eager does.
+"""
+from __future__ import annotations
+
+import torch
+
+_C = torch._C
+
+
+def _pair(getter, setter):
+    return (getter, setter) if getter is not None and setter is not None else None
+
+
+def _flags() -> dict:
+    out = {
+        "torch.get_float32_matmul_precision()": _pair(torch.get_float32_matmul_precision,
+                                                      torch.set_float32_matmul_precision),
+        "torch.is_anomaly_enabled()": _pair(lambda: (torch.is_anomaly_enabled(), torch.is_anomaly_check_nan_enabled()),
+                                            lambda v: _C._set_anomaly_enabled(*v)),
+        "torch.is_warn_always_enabled()": _pair(torch.is_warn_always_enabled, torch.set_warn_always),
+        "torch.set_printoptions(...)": _pair(lambda: dict(vars(torch._tensor_str.PRINT_OPTS)),
+                                             lambda v: vars(torch._tensor_str.PRINT_OPTS).update(v)),
+    }
+    for what, name in (("torch.backends.cudnn.enabled", "cudnn_enabled"),
+                       ("torch.backends.cudnn.benchmark", "cudnn_benchmark"),
+                       ("torch.backends.cudnn.deterministic", "cudnn_deterministic"),
+                       ("torch.backends.cudnn.allow_tf32", "cudnn_allow_tf32"),
+                       ("torch.backends.mkldnn.enabled", "mkldnn_enabled"),
+                       ("torch.backends.cuda.matmul.allow_tf32", "cublas_allow_tf32"),
+                       ("torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction",
+                        "cublas_allow_fp16_reduced_precision_reduction"),
+                       ("torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction",
+                        "cublas_allow_bf16_reduced_precision_reduction")):
+        out[what] = _pair(getattr(_C, f"_get_{name}", None), getattr(_C, f"_set_{name}", None))
+    return {k: v for k, v in out.items() if v is not None}
+
+
+FLAGS = _flags()
+
+
+def now() -> dict:
+    out = {}
+    for name, (getter, _) in FLAGS.items():
+        try:
+            out[name] = getter()
+        except Exception:  # noqa: BLE001 - a setting this build does not have
+            pass
+    return out
+
+
+def changed(before: dict) -> list:
+    after = now()
+    return [name for name, v in before.items() if after.get(name) != v]
+
+
+def put_back(before: dict) -> None:
+    after = now()
+    for name, v in before.items():
+        if after.get(name) != v:
+            FLAGS[name][1](v)
