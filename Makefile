@@ -3,7 +3,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-triton bench fuzz install clean test-services
+.PHONY: demo test test-slow test-triton bench fuzz install clean test-services
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -19,11 +19,16 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/python examples/demo.py
 
-# Two pytest workers (pytest-xdist): the suite takes ~8 minutes on a 2-core machine instead of ~11.
+# Two pytest workers (pytest-xdist): the suite takes ~10 minutes on a 2-core machine instead of ~16.
 # TEST_WORKERS=0 runs it in one process.
 TEST_WORKERS ?= 2
 test: $(STAMP) test-services
 	$(BIN)/python -m pytest -q -p no:cacheprovider $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS))
+
+# The slow cases the default run leaves out (real models, multi-rank and restart jobs, separate-process
+# builds, exhaustive fused regressions): CI runs them after `make test`.
+test-slow: $(STAMP)
+	$(BIN)/python -m pytest -q -p no:cacheprovider -m slow $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS))
 
 # The fused backend's suite with every region a Triton kernel (in Triton's interpreter where there is no
 # GPU), then each kernel it launched compiled for an H100 (sm_90) by Triton's own ptxas, no GPU needed:

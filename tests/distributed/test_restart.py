@@ -13,6 +13,7 @@ pytestmark = pytest.mark.skipif(not dist.is_available(), reason="torch.distribut
 JOB = os.path.join(os.path.dirname(__file__), "restart_job.py")
 
 
+@pytest.mark.slow  # (make test-slow: CI runs it after make test)
 def test_a_rank_killed_and_restarted_by_torchrun_compiles_once_from_the_profile(tmp_path):
     env = dict(os.environ, OUT=str(tmp_path), DYNASHAPE_JOB_ID="restart-test", DYNASHAPE_CACHE_DIR=str(tmp_path / "cache"),
                OMP_NUM_THREADS="1", GLOO_SOCKET_IFNAME="lo", PYTHONPATH=os.pathsep.join(sys.path))
@@ -30,6 +31,7 @@ def test_a_rank_killed_and_restarted_by_torchrun_compiles_once_from_the_profile(
     assert [a["compiles"] for a in again] == [1, 1], again  # the profile made the batch dim dynamic
 
 
+@pytest.mark.slow  # (make test-slow: CI runs it after make test)
 def test_a_fresh_job_of_more_ranks_starts_from_the_fleets_profile(tmp_path):
     from . import ranks
     from .harness import run_ranks

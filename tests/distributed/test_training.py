@@ -51,11 +51,13 @@ def test_mlp_on_two_ranks_trains_as_eager(mlp_two_ranks, i):
     _check([[r[i]] for r in mlp_two_ranks], [MLP[i]], 2)
 
 
+@pytest.mark.slow  # (make test-slow: CI runs it after make test)
 def test_mlp_on_four_ranks_trains_as_eager():
     specs = [("ddp_outer", {}), ("fsdp_layers", {})]
     _check(run_ranks(4, ranks.train_all, "mlp", specs, timeout=300), specs, 4)
 
 
+@pytest.mark.slow  # (make test-slow: CI runs it after make test)
 def test_tiny_gpt2_on_two_ranks_trains_as_eager():
     pytest.importorskip("transformers")
     _check(run_ranks(2, ranks.train_all, "gpt2", GPT2, timeout=300), GPT2, 2)

@@ -51,6 +51,7 @@ def _compiles(p) -> int:
     return int(out.split("compiles")[1])
 
 
+@pytest.mark.slow  # (make test-slow: CI runs it after make test)
 def test_a_warm_second_process_compiles_no_cpp(tmp_path):
     cache = tmp_path / "kernels"
     assert _compiles(_run(tmp_path, cache)) >= 2  # the forward's kernel, the backward's
@@ -59,6 +60,7 @@ def test_a_warm_second_process_compiles_no_cpp(tmp_path):
     assert not [n for n in names if ".tmp" in n or n.endswith(".cpp.tmp")], names  # no half-written files
 
 
+@pytest.mark.slow  # (make test-slow: CI runs it after make test)
 def test_concurrent_processes_share_one_cache(tmp_path):
     cache = tmp_path / "kernels"
     procs = [_run(tmp_path, cache) for _ in range(2)]
@@ -80,6 +82,7 @@ EXIT_WHILE_COMPILING = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow  # (make test-slow: CI runs it after make test)
 def test_the_interpreter_exits_cleanly_while_a_background_job_runs(tmp_path):
     # a daemon thread in a torch call at finalization aborted the process (exit 134, "terminate
     # called without an active exception"): the worker drops queued jobs and waits for the running one

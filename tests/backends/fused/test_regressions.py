@@ -318,6 +318,7 @@ def test_rows_with_a_large_mean_are_normalized_as_accurately_as_eager(op):
     assert cf.entries[0].fn.fused
 
 
+@pytest.mark.slow  # (make test-slow: CI runs it after make test)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_equal_inputs_give_equal_outputs_at_every_position(dtype):
     # a vectorized loop's body called glibc's AVX-512/AVX2 exp and its remainder the scalar or SSE

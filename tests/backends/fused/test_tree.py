@@ -1,6 +1,7 @@
 """Trace trees (speculation on data-dependent branches) with backend='fused': each path's regions
 fuse, a region never spans a branch, and the statements the paths share stay identical, so
 the paths still merge into one entry."""
+import pytest
 import torch
 import torch.nn.functional as F
 
@@ -86,6 +87,7 @@ def test_the_eager_backend_still_replays_trees():
     assert cf.stats.paths == 2 and "_fused_" not in cf.entries[0].fn.source
 
 
+@pytest.mark.slow  # (make test-slow: CI runs it after make test)
 def test_paths_that_traced_an_input_with_different_symbols_still_fuse_after_their_branch():
     """Inference fuzz seed 25112801: one path traced `y` as f32[1, s1], another as f32[1, s2], so the
     region before the branch differed between them and the fused paths no longer merged (the whole
