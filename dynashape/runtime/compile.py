@@ -143,6 +143,7 @@ class CompiledFunction:
         # is part of the guards; for a plain function it is not
         self._shape_matters = code_fn is not fn
         self._sig = inspect.signature(code_fn)
+        self._sig_fn = code_fn
         while isinstance(code_fn, functools.partial):  # its globals and closure are the wrapped function's
             code_fn = inspect.unwrap(code_fn.func)
         params = list(self._sig.parameters.values())
@@ -200,8 +201,12 @@ class CompiledFunction:
         if self._simple and not kwargs and len(args) == len(self._names):
             return dict(zip(self._names, args))
         ba = self._sig.bind(*args, **kwargs)
+        given = set(ba.arguments)
         ba.apply_defaults()
-        return dict(ba.arguments)
+        out = dict(ba.arguments)
+        if len(out) != len(given) and isinstance(self._sig_fn, types.FunctionType):  # (`f.__defaults__ = ...`
+            out.update((k, v) for k, v in _live_defaults(self._sig_fn).items() if k in out and k not in given)
+        return out  # since ds.compile read the signature: the defaults eager's call gets)
 
     def __call__(self, *args, **kwargs):
         if self._module is not None:
@@ -577,6 +582,17 @@ class CompiledFunction:
         self._warned_limit = self._fell_back = self._said_why = False
         self._eager_keys = set()
 
+
+
+def _live_defaults(fn) -> dict:
+    """{parameter: its default} as the function holds them now (its __defaults__ and __kwdefaults__
+    may be replaced after ds.compile read its signature)."""
+    code = fn.__code__
+    positional = code.co_varnames[:code.co_argcount]
+    d = fn.__defaults__ or ()
+    out = dict(zip(positional[len(positional) - len(d):], d))
+    out.update(fn.__kwdefaults__ or {})
+    return out
 
 
 def _not_traceable(fn):

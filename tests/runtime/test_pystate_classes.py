@@ -284,3 +284,23 @@ def test_a_helper_s_mutable_defaults_and_a_list_inside_a_plain_dict_are_state():
         x = torch.zeros(n)
         torch.testing.assert_close(cf(x), fe(x))
         assert rc.__defaults__ == re_.__defaults__ and tc.__kwdefaults__ == te.__kwdefaults__
+
+
+def test_defaults_replaced_after_compile_are_the_ones_a_call_gets():
+    """`f.__defaults__ = ([],)` after ds.compile: the call bound the signature's defaults, read at
+    compile time, and replayed the appends on the old list (found by the state fuzzer, seed 25112986)."""
+    def make():
+        def f(x, acc=[], *, kw=[]):  # noqa: B006
+            acc.append(x.shape[0])
+            kw.append(1)
+            return x * len(acc)
+        return f
+    fe, fc0 = make(), make()
+    cf = ds.compile(fc0)
+    for i, n in enumerate((3, 5, 7, 5)):
+        if i == 2:
+            fe.__defaults__, fc0.__defaults__ = ([9],), ([9],)
+            fe.__kwdefaults__, fc0.__kwdefaults__ = {"kw": []}, {"kw": []}
+        x = torch.ones(n)
+        torch.testing.assert_close(cf(x), fe(x))
+        assert fc0.__defaults__ == fe.__defaults__ and fc0.__kwdefaults__ == fe.__kwdefaults__
