@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import sys
+import weakref
 from dataclasses import dataclass
 
 from ..symbolic.symtypes import SymBase, SymBool, SymFloat, SymInt
@@ -55,15 +56,17 @@ class CachedStandIn:
     """In the place of a user's lru_cache function while a trace runs (`src`: where it is read)."""
 
     def __init__(self, wrapper, src: Source, tracer):
-        self._w, self._src, self._tracer = wrapper, src, tracer
+        self._w, self._src = wrapper, src
+        self._tracer = weakref.ref(tracer) if tracer is not None else None  # (not kept alive by the stand-in)
         self._misses = wrapper.cache_info().misses
         functools.update_wrapper(self, wrapper)
 
     def __call__(self, *args, **kwargs):
         args, kwargs = _plain_key(self._w, args, kwargs)
         hit, value = _ask(self._w, args, kwargs)
-        if hit and self._tracer is not None:  # guarded once
-            self._tracer.value_inputs.append(ValueInput(CacheMisses(self._src), self._misses, "const"))
+        tracer = self._tracer() if self._tracer is not None else None
+        if hit and tracer is not None:  # guarded once
+            tracer.value_inputs.append(ValueInput(CacheMisses(self._src), self._misses, "const"))
             self._tracer = None
         if not hit:
             raise GraphBreak(f"{self._w.__qualname__}(...) is not in its functools.lru_cache yet: eager runs its "
