@@ -1,12 +1,18 @@
-"""torch's global settings a traced function may change (`torch.set_float32_matmul_precision`,
+"""torch's global settings and autograd modes a trace cannot carry into the compiled code.
+
+Settings a traced function may change (`torch.set_float32_matmul_precision`,
 `torch.autograd.set_detect_anomaly`, `torch.backends.cudnn.deterministic = True`,
 `torch.set_printoptions`...): the compiled code would not change them again on later calls. Read
 before and after each trace (tracing/global_state.py): one the trace changed is put back, and the
-call runs eagerly, which makes the change as eager does.
+call runs eagerly, which makes the change as eager does. Forward-mode AD around the call and
+torch.func's transforms inside it are graph breaks too.
 """
 from __future__ import annotations
 
 import torch
+
+from ..symbolic.userloc import user_location
+from .errors import GraphBreak
 
 _C = torch._C
 
@@ -62,3 +68,18 @@ def put_back(before: dict) -> None:
     for name, v in before.items():
         if after.get(name) != v:
             FLAGS[name][1](v)
+
+
+def refuse_forward_ad() -> None:
+    """A trace inside `fwAD.dual_level()`: the compiled code would drop the tangents (guarded)."""
+    if torch.autograd.forward_ad._current_level != -1:
+        raise GraphBreak("a call inside forward-mode AD (fwAD.dual_level())", None,
+                         "What to do: call the function without compiling it there.")
+
+
+def refuse_transformed(t) -> None:
+    """A tensor of vmap's, jvp's... met by the trace (a real tensor it would take for a constant)."""
+    if _C._functorch.is_functorch_wrapped_tensor(t):
+        raise GraphBreak("torch.func's transforms (vmap, jvp, jacfwd...) inside the compiled function",
+                         user_location(), "What to do: compile the function the transform calls, or "
+                         "apply the transform to the compiled function from outside.")

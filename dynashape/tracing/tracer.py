@@ -23,6 +23,7 @@ from ..symbolic.symtypes import SymBase
 from ..symbolic.userloc import user_location
 from .datadep import with_history
 from .caught import in_user_try, refuse_in_try, watching_errors
+from .torch_flags import refuse_forward_ad, refuse_transformed
 from .errors import GraphBreak
 from . import autocast, meta_cache, op_memo
 from .fake import FakeTensor, make_fake
@@ -266,10 +267,7 @@ class Tracer:
         fake = self._fakes.get(id(t))
         if fake is not None:
             return fake
-        if torch._C._functorch.is_functorch_wrapped_tensor(t):  # vmap's, jvp's: not a constant of ours
-            raise GraphBreak("torch.func's transforms (vmap, jvp, jacfwd...) inside the compiled function",
-                             user_location(), "What to do: compile the function the transform calls, or "
-                             "apply the transform to the compiled function from outside.")
+        refuse_transformed(t)  # vmap's, jvp's: not a constant of ours
         src = self.lift_sources.get(id(t))
         if src is not None:  # module parameters and buffers are static by default
             return self.tensor_input(t, src, "param" if id(t) in self._module_tensors else "size")
@@ -285,9 +283,7 @@ class Tracer:
     def run(self, fn, args, kwargs, finish=None):
         """`finish(out)` -> the graph's output value (default: `to_ir(out)`)."""
         self._in_try = None
-        if torch.autograd.forward_ad._current_level != -1:  # tangents the compiled code would not carry
-            raise GraphBreak("a call inside forward-mode AD (fwAD.dual_level())", None,
-                             "What to do: call the function without compiling it there.")
+        refuse_forward_ad()  # tangents the compiled code would not carry
         with watching_errors(), tracing_scope(self), intercept_global_state(self), TracingMode(self):
             out = fn(*args, **kwargs)
         refuse_in_try(self._in_try)
