@@ -83,10 +83,9 @@ class FakeTensor(torch.Tensor):
         torch.Tensor.__setattr__(self, name, value)
 
     def __hash__(self):  # (torch's Tensor.__hash__ is id(self), with no torch function to intercept)
-        f = sys._getframe(1)
-        if not is_ours(f.f_code.co_filename):
+        if _users_frame(sys._getframe(1)):  # (a library's bookkeeping, or ours, goes on)
             from .identity import refuse_user_hash
-            refuse_user_hash(f)
+            refuse_user_hash()
         return id(self)
 
     @property
@@ -94,8 +93,7 @@ class FakeTensor(torch.Tensor):
         """`x.__class__` in the user's code is the class of the tensor it stands for, as `type(x)` is
         there (tracing/pyenv.py user_type): `x.__class__ is torch.Tensor` took the other branch, and
         `isinstance(p, nn.Parameter)` asks it too. Library code and ours see FakeTensor."""
-        f = sys._getframe(1)
-        if is_library_file(f.f_code.co_filename) or is_ours(f.f_code.co_filename):
+        if not _users_frame(sys._getframe(1)):
             return FakeTensor
         from .pyenv import user_type  # (pyenv imports this module)
         return user_type(self)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import builtins
 
-from ..symbolic.userloc import is_library_file, is_ours, user_location
+from ..symbolic.userloc import user_location
 from .errors import GraphBreak
 from .fake import FakeTensor
 
@@ -28,10 +28,8 @@ def user_id(obj, /):
     return builtins.id(obj)
 
 
-def refuse_user_hash(frame) -> None:
-    """A traced tensor hashed (FakeTensor.__hash__) where `frame` asked: a graph break when it is the
-    user's code (`hash(x)`, `memo[x] = ...`, `x in seen`); a library's bookkeeping, or ours, goes on."""
-    name = frame.f_code.co_filename
-    if not is_library_file(name) and not is_ours(name):
-        raise GraphBreak("a traced tensor hashed by the function (`hash(x)`, a dict or set keyed by the tensor): "
-                         "the key would be a stand-in of the trace, not the caller's tensor", user_location(), _ADVICE)
+def refuse_user_hash() -> None:
+    """A traced tensor hashed by the user's code (FakeTensor.__hash__ asks): `hash(x)`, `memo[x] = ...`,
+    `x in seen`."""
+    raise GraphBreak("a traced tensor hashed by the function (`hash(x)`, a dict or set keyed by the tensor): "
+                     "the key would be a stand-in of the trace, not the caller's tensor", user_location(), _ADVICE)
