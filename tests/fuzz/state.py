@@ -165,7 +165,17 @@ def check_mode(prog: StateProgram, mode, steps=None) -> Failure | None:
     cf = ds.compile(comp["f"], dynamic=mode)
     texts = [ln for st in prog.body for ln in st] + [st.change for st in (prog.steps if steps is None else steps)]
     weak = prog.hidden and any("WV" in t or "WS" in t for t in texts)  # gc.collect() before reading them
-    for i, step in enumerate(prog.steps if steps is None else steps):
+    if weak:  # collect only what the calls make: a full collection of a long run's heap took seconds a call
+        gc.freeze()
+    try:
+        return _check_steps(prog, mode, eager, comp, cf, weak, prog.steps if steps is None else steps)
+    finally:
+        if weak:
+            gc.unfreeze()
+
+
+def _check_steps(prog, mode, eager, comp, cf, weak, steps) -> Failure | None:
+    for i, step in enumerate(steps):
         _change(eager, step.change)
         _change(comp, step.change)
         wargs = inputs(prog, step) + [eager["cfg"], eager["acc"]]  # s and acc: the same objects every call
