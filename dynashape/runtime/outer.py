@@ -37,7 +37,7 @@ import torch
 
 from ..symbolic.sources import (AttrSource, CellSource, ClosureSource, GlobalSource, LocalSource, ModuleGlobalSource,
                                 NamespaceSource)
-from ..symbolic.userloc import is_library_file
+from ..symbolic.userloc import is_library_file, is_ours
 from ..tracing.errors import GraphBreak
 from ..tracing.inputs import ValueInput
 from ..tracing.nondeterministic import clock_read
@@ -204,7 +204,8 @@ class Outer:
         def hook(frame, event, arg):
             if frame.f_code not in codes:
                 codes.add(frame.f_code)
-                met(frame.f_globals, frame.f_code)
+                if not is_ours(frame.f_code.co_filename):  # (our evaluations' namespaces are not the user's)
+                    met(frame.f_globals, frame.f_code)
             return prev(frame, event, arg) if prev is not None else None
         outer_before = getattr(watchers, "outer", None)
         watchers.outer = self

@@ -32,6 +32,7 @@ from torch.nn.modules import module as nn_module
 
 from ..guards import module_epoch, native
 from ..symbolic.symtypes import SymBase
+from ..symbolic.userloc import evaluate
 from ..symbolic.sources import AttrSource, GlobalSource, ItemSource, ModuleGlobalSource, NamespaceSource, Source
 from ..tracing.errors import GraphBreak
 from ..tracing.outputs import Template, build, builder
@@ -525,6 +526,7 @@ class PyState(ClassState):
         `fn.texts`), for explaining a miss. The guard function of the entry inlines the same checks:
         `fn.lines` on every call, `fn.module_lines` when a dict of `fn.modules` changed."""
         self._module_checks()
+        tensors = self._tensor_attr_checks()
         if not self.lines and not self.module_lines and self.env.keys() <= {"G", "C"}:
             return None  # (another module's globals, runtime/outer.py: the guard's namespace names them)
         ns = dict(self.ns, **self.env, torch=torch)
@@ -546,6 +548,7 @@ class PyState(ClassState):
         safe.lines = [_failing(ln) for ln in self.lines]
         safe.module_lines = [_failing(ln) for ln in self.module_lines]
         safe.modules = [m for m, _ in self._walked]
+        safe.tensors = tensors  # whose `__dict__`s the module checks read
         return safe
 
     # ------------------------------------------------------------ snapshot, effects, restore
@@ -719,7 +722,7 @@ class _Reader:
 
     def __call__(self, L):
         if self.fn is None:
-            self.fn = eval(f"lambda L: {self.src.name()}", dict(self.env))
+            self.fn = evaluate(f"lambda L: {self.src.name()}", dict(self.env))
         return self.fn(L)
 
 

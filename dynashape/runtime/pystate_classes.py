@@ -12,6 +12,7 @@ holds, an object's class (`obj.__class__ = Other`) and a real tensor's own Pytho
 """
 from __future__ import annotations
 
+import copy
 import enum
 import sys
 import types
@@ -160,6 +161,44 @@ class ClassState:
                                  "compiled code would not set again", None,
                                  "What to do: keep the value elsewhere (a dict, an attribute of a module).")
 
+    def _tensor_attr_checks(self) -> tuple:
+        """A real tensor's own attributes the function may read (`getattr(self.w, "flag", 0)`, a plain
+        Python read the trace cannot see): those of every real tensor a container holds are guarded,
+        plain values (and lists, dicts, tuples of them) by value, other objects by identity. A module's
+        parameters and buffers are checked only when one of their `__dict__`s was written (they join
+        the module dicts' watch, guards/native.py); the others on every call. Returns the watched ones."""
+        found = {}
+        for kind, obj, src in self.containers:  # a walked module's parameters and buffers
+            if kind == "dict" and isinstance(src, AttrSource) and src.attr in ("_parameters", "_buffers"):
+                for k, t in obj.items():
+                    if type(t) in _REAL_TENSORS:
+                        found.setdefault(id(t), (t, ItemSource(src, k), True))
+        tr = self.tracer  # the other real tensors the walk met (a global, a closure's, an object's)
+        kept = {id(t): t for t in tr._keep if type(t) in _REAL_TENSORS}
+        for i, src in tr.lift_sources.items():
+            if i in kept:
+                found.setdefault(i, (kept[i], src, False))
+        gated = [(t, s) for t, s, m in found.values() if m]
+        every = [(t, s) for t, s, m in found.values() if not m]
+        for group, check in ((gated, self._check_module), (every, None)):
+            if not group:
+                continue
+            ts = tuple(t for t, _ in group)
+            self.ns["_same_attrs"] = _same_attrs
+            # the watched ones are held by their modules; the others are read where they are (a global
+            # rebound by the function is not kept alive by its guard)
+            reads = [self._const(t, 't') for t in ts] if check else [s.name() for _, s in group]
+            if not any(t.__dict__ for t in ts):  # (most tensors have none: 0.1 us, where the call costs 0.9)
+                cond = f"not ({' or '.join(r + '.__dict__' for r in reads)})"
+            else:
+                cond = f"_same_attrs(({''.join(r + ', ' for r in reads)}), {self._const(tuple(map(_attrs_now, ts)), 'ta')})"
+            why = _why_tensor_attrs([(_held(t) if check else self._reader(s), s, _attrs_now(t)) for t, s in group])
+            if check is None:
+                self._check(cond, why, listed=False)
+            else:
+                check(cond, why, None)
+        return tuple(t for t, _ in gated)
+
     def _put_back_classes(self) -> None:
         for obj, cls, _ in getattr(self, "_classes", ()):
             if type(obj) is not cls:
@@ -171,3 +210,59 @@ class ClassState:
 
 
 _REAL_TENSORS = (torch.Tensor, torch.nn.Parameter) + ((torch.nn.Buffer,) if hasattr(torch.nn, "Buffer") else ())
+
+
+def _attrs_now(t) -> tuple:
+    """A tensor's own attributes as the guard compares them: (name, copy or the object, by value)."""
+    out = []
+    for k, v in t.__dict__.items():
+        by_value = _plain_tree(v)
+        out.append((k, copy.deepcopy(v) if by_value else v, by_value))
+    return tuple(out)
+
+
+def _plain_tree(v, depth=0) -> bool:
+    if isinstance(v, _PLAIN) or isinstance(v, _ATOMIC):
+        return True
+    if type(v) in (list, tuple, set, frozenset) and depth < 4 and len(v) <= 64:
+        return all(_plain_tree(x, depth + 1) for x in v)
+    if type(v) is dict and depth < 4 and len(v) <= 64:
+        return all(_plain_tree(k, depth + 1) and _plain_tree(x, depth + 1) for k, x in v.items())
+    return False
+
+
+def _same_attrs(ts, before) -> bool:
+    for t, b in zip(ts, before):
+        d = t.__dict__
+        if len(d) != len(b):
+            return False
+        for k, v, by_value in b:
+            w = d.get(k, _ABSENT)
+            if w is not v and not (by_value and type(w) is type(v) and w == v):
+                return False
+    return True
+
+
+def _why_tensor_attrs(saved):
+    """saved: (reader of the tensor from L, its source, its attributes then)."""
+    def why(L):
+        for read, s, b in saved:
+            try:
+                t = read(L)
+            except Exception as e:  # noqa: BLE001 - the why of a failed guard must not raise
+                return f"{s.pretty()} could not be read ({type(e).__name__})"
+            if not _same_attrs((t,), (b,)):
+                d = t.__dict__
+                changed = sorted(set(d) ^ {k for k, _, _ in b}) or [
+                    k for k, v, by_value in b if not _same_attrs((t,), (((k, v, by_value),) + tuple(
+                        (n, d[n], False) for n in d if n != k),))]
+                return f"{s.pretty()}.{', .'.join(changed[:3])} (an attribute of the tensor's own) changed since the trace"
+        return "a tensor's Python attributes changed"
+    return why
+
+
+def _held(t):
+    return lambda L: t
+
+
+_ABSENT = object()

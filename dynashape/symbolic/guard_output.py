@@ -17,7 +17,7 @@ import sympy
 from .printer import is_atom_text, pyexpr
 from .ranges import int_oo
 from .sources import Source
-from .userloc import Location
+from .userloc import Location, evaluate
 
 
 @dataclass
@@ -168,7 +168,7 @@ def explain_failure(guards: list[ShapeGuard], L: dict, G: dict | None = None, C=
     ns = {"L": L, "G": G, "C": C}
     for g in guards:
         try:
-            ok = eval(g.code, ns)
+            ok = evaluate(g.code, ns)
         except Exception as e:  # a source that no longer exists
             return f"{g.code} could not be checked ({type(e).__name__}: {e})"
         if ok:
@@ -178,7 +178,7 @@ def explain_failure(guards: list[ShapeGuard], L: dict, G: dict | None = None, C=
         values = []
         for s in dict.fromkeys(g.sources):
             try:
-                values.append(f"{s.pretty()} = {eval(s.name(), ns)}")
+                values.append(f"{s.pretty()} = {evaluate(s.name(), ns)}")
             except Exception:
                 pass
         msg = f"{g.code} failed ({', '.join(values)})"
@@ -193,7 +193,7 @@ def explain_failure(guards: list[ShapeGuard], L: dict, G: dict | None = None, C=
 def _explain_range(g: ShapeGuard, ns) -> str:
     lo, hi, lo_loc, hi_loc = g.bounds
     src = g.sources[0]
-    v = eval(src.name(), ns)
+    v = evaluate(src.name(), ns)
     if isinstance(v, float) and v != v:  # nan: outside every range (sympy refuses to compare it)
         return f"{g.code} failed ({src.pretty()} = nan)" + (f"; added at {g.location}" if g.location else "")
     if hi is not None and v > hi:

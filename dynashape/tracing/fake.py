@@ -21,7 +21,6 @@ class FakeTensor(torch.Tensor):
     #   ds_sizes: tuple[int | SymInt, ...]   symbolic sizes (hint == meta shape)
     #   ds_node:  ir Node                      the graph value this tensor is
     #   ds_device: torch.device                the device the real tensor lives on
-    #   ds_tracer: the tracer that made it
     #   ds_view:   (computed tensors) a view of another tensor: its strides follow its base's
     #   ds_may_alias: (computed tensors) False when it is fresh memory (no input's, at any call); inputs
     #              and tensors without the attribute may alias an input
@@ -42,7 +41,8 @@ class FakeTensor(torch.Tensor):
         self.ds_sizes = tuple(sizes)
         self.ds_node = node
         self.ds_device = device
-        self.ds_tracer = tracer
+        # (no reference to the tracer: a fake that an autograd node of the trace holds is out of the
+        # collector's sight, and a cycle through it kept the tracer and the caller's tensors it holds)
 
     def __repr__(self) -> str:
         if torch._C._len_torch_function_stack() > 0:  # the user's code prints a tensor mid-trace

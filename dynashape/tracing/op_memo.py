@@ -31,7 +31,7 @@ _T = torch.Tensor
 _PLAIN = frozenset({int, bool, str, type(None), torch.dtype, torch.device, torch.memory_format, torch.layout,
                     type(Ellipsis)})
 _FLAGS = ("ds_view", "ds_view_or_copy", "ds_odd_layout", "ds_may_alias")
-_OWN = frozenset(("ds_sizes", "ds_node", "ds_device", "ds_tracer") + _FLAGS)  # a fake's attributes we know
+_OWN = frozenset(("ds_sizes", "ds_node", "ds_device") + _FLAGS)  # a fake's attributes we know
 
 
 class _No(Exception):

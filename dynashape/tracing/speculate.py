@@ -16,6 +16,7 @@ import re
 import torch
 
 from ..symbolic.printer import pyexpr
+from ..symbolic.userloc import evaluate
 
 _RANDOM = ("rand", "randn", "randint", "randperm", "normal", "bernoulli", "dropout", "multinomial",
            "uniform_", "normal_", "exponential_", "geometric_", "cauchy_", "log_normal_", "random_",
@@ -122,7 +123,7 @@ class RealValues:
         if n.kind == "input":
             if n.args:
                 return n.args[0]
-            return eval(n.target.code(), {**self.graph.namespace, "L": self.L})
+            return evaluate(n.target.code(), {**self.graph.namespace, "L": self.L})
         if n.kind == "const":
             return n.target
         if n.kind == "symbol":

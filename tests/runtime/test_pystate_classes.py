@@ -233,6 +233,50 @@ def test_a_tensor_s_own_attributes_are_not_baked():
         assert mc.lin.weight.seen == me.lin.weight.seen
 
 
+class _Flagged(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(3, 3)
+        self.register_buffer("scale", torch.ones(3))
+
+    def forward(self, x):
+        k = 2 if getattr(self.lin.weight, "flag", 0) else 1
+        return self.lin(x) * k * self.scale * getattr(self.scale, "meta", {"k": [1]})["k"][0]
+
+
+@pytest.mark.parametrize("backend", ["eager", "fused"])
+def test_a_parameter_s_or_buffer_s_own_attributes_read_in_forward_are_guarded(backend):
+    """`getattr(self.lin.weight, "flag", 0)` read a real parameter's attribute, which no guard
+    checked: set after the first call, the compiled module kept the trace's branch. Changed in
+    place (a list in a dict), replaced (`__dict__ = ...`), deleted: each retraces, and nothing
+    else does."""
+    me, mc = _Flagged(), _Flagged()
+    mc.load_state_dict(me.state_dict())
+    cm = ds.compile(mc, backend=backend)
+    changes = [lambda m: None, lambda m: setattr(m.lin.weight, "flag", 1), lambda m: None,
+               lambda m: setattr(m.scale, "meta", {"k": [3]}), lambda m: m.scale.meta["k"].__setitem__(0, 4),
+               lambda m: setattr(m.scale, "__dict__", {"meta": {"k": [5]}}), lambda m: delattr(m.lin.weight, "flag"),
+               lambda m: None]
+    for change in changes:
+        change(me), change(mc)
+        x = torch.randn(2, 3)
+        torch.testing.assert_close(cm(x), me(x))
+    assert cm.stats.compiles == 6, cm.stats.recompile_reasons
+    assert "lin._parameters['weight'].flag" in cm.stats.recompile_reasons[0]
+
+
+def test_a_global_tensor_s_own_attributes_are_guarded():
+    T = [torch.ones(3)]
+
+    def f(x):
+        return x * (2 if getattr(T[0], "flag", 0) else 1) + T[0]
+    cf = ds.compile(f)
+    x = torch.ones(3)
+    torch.testing.assert_close(cf(x), f(x))
+    T[0].flag = 1
+    torch.testing.assert_close(cf(x), f(x))
+
+
 def _descriptor_class():
     class Scale:
         def __init__(self):
