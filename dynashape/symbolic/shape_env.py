@@ -647,6 +647,8 @@ class ShapeEnv:
         expr = self.simplify(sympy.sympify(expr))
         if expr == sym:
             return
+        if expr.is_Integer and isinstance(self.var_to_val.get(sym), float):
+            expr = sympy.Float(expr)  # a float argument equal to 0 is 0.0 where the program returns it
         old_vr = self.var_to_range[sym]
         if expr.is_Number and expr not in old_vr:
             # contradicts what we knew: only possible for a bad fact; keep it loud

@@ -66,6 +66,13 @@ class SymNode:
         if op in ("and", "or"):
             expr = sympy.And(a, b) if op == "and" else sympy.Or(a, b)
             return self._make(expr, bool, None if both is None else _PYOP[op](*both))
+        if op in _SIGNED_ZERO and (_float_zero(self) and not b.is_Number or _float_zero(other) and not a.is_Number):
+            # sympy has no -0.0 (`s0 * -0.0` would be 0): the value decides, in Python, as eager computes it
+            if ha is not None and hb is not None:
+                (other if _float_zero(self) else self).bool_ne_value()
+                return self.wrap(_FLOAT_PYOP[op](ha, hb) if op in _FLOAT_PYOP else _PYOP[op](ha, hb))
+        if op in _DIVIDES and not b.is_Number:
+            self._divisor_nonzero(b, hb)
         if num is float and op in FLOAT_OPS:  # in the program's order, rounded as Python rounds
             return self._make(FLOAT_OPS[op](a, b), float, None if both is None else _FLOAT_PYOP[op](*both))
         if op == "truediv":
@@ -89,6 +96,19 @@ class SymNode:
             return self._make(expr, num, None if both is None else (min if op == "min" else max)(ha, hb))
         expr = _SYMOP[op](a, b)
         return self._make(expr, num, None if both is None else _PYOP[op](*both))
+
+    def bool_ne_value(self) -> None:
+        """Specialize to the example's value (an equality guard)."""
+        self.env.evaluate(self.expr, self.hint, speculate=True)
+
+    def _divisor_nonzero(self, b, hb) -> None:
+        """Python raises ZeroDivisionError for `a // 0`, `a % 0`, `a / 0`: the trace divided by a
+        nonzero value, which a guard must keep unless it is known (a size traced >= 2). Without one,
+        `x.numel() // x.size(0)` simplified to the other size answered a size-0 call."""
+        if hb == 0:
+            return  # the hint's own division raises, as eager does
+        from .userloc import user_location
+        self.env.evaluate(sympy.Ne(b, 0), None if hb is None else True, speculate=True, location=user_location(3))
 
     def unary(self, op: str) -> "SymNode":
         a, h = self.expr, self.hint
@@ -114,6 +134,9 @@ class SymNode:
 
     # ----------------------------------------------------------- deciding
     def bool_(self) -> bool:
+        if self.pytype in (int, float):  # `if n:` asks n != 0 (not its value: no guard on it)
+            return bool(self.env.evaluate(sympy.Ne(self.expr, 0), None if self.hint is None else self.hint != 0,
+                                          speculate=True))
         return bool(self.env.evaluate(self.expr, self.hint, speculate=True))
 
     def int_(self) -> int:
@@ -166,10 +189,19 @@ class SymNode:
         if e is sympy.false:
             return False
         if e.is_Number:
+            if self.pytype is float and type(self.hint) is float and self.hint == 0.0 == e:
+                return self.hint  # (-0.0: sympy's zero has no sign)
             return int(e) if self.pytype is int else float(e) if self.pytype is float else e
         return None
 
 
+_DIVIDES = frozenset(("truediv", "floordiv", "mod"))
+_SIGNED_ZERO = frozenset(("add", "sub", "mul", "truediv", "floordiv", "mod", "pow"))
+
+
+def _float_zero(n) -> bool:
+    """A float constant 0.0 or -0.0 (its hint keeps the sign the expression lost)."""
+    return n.pytype is float and n.expr.is_Number and n.hint == 0.0
 _FLOAT_PYOP = {"add": operator.add, "sub": operator.sub, "mul": operator.mul, "truediv": operator.truediv,
                "floordiv": operator.floordiv, "mod": operator.mod, "pow": operator.pow}
 _REL = {"eq": sympy.Eq, "ne": sympy.Ne, "lt": sympy.Lt, "le": sympy.Le, "gt": sympy.Gt, "ge": sympy.Ge}

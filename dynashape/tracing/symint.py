@@ -64,10 +64,16 @@ def _str(self):
     return SymBase.__str__(self) if _from_dynashape() else str(_value(self))
 
 
+def _repr(self):
+    # as str(): `repr(n)`, `str([n, 3])` and `f"{tuple(x.shape)}"` (containers show their items' repr)
+    # gave the user's code the trace's `Sym(s0)`
+    return SymBase.__repr__(self) if _from_dynashape() else repr(_value(self))
+
+
 _common = dict(
     __hash__=None,
     __format__=_format,
-    __repr__=SymBase.__repr__,
+    __repr__=_repr,
     __str__=_str,
     **_math_fns(),
 )

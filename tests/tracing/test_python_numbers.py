@@ -1,0 +1,84 @@
+"""Python numbers computed from sizes and number arguments (tracing/symint.py, symbolic/symnode.py):
+what eager computes, of eager's type, with eager's errors, never the trace's symbol. Each case was
+wrong before (a hunt by hand, eleventh session)."""
+import math
+
+import pytest
+import torch
+
+import dynashape as ds
+
+MODES = [(None, "eager"), (True, "eager"), (None, "fused"), (True, "fused")]
+
+
+@pytest.mark.parametrize("dynamic, backend", MODES)
+def test_repr_of_a_size_and_of_containers_of_sizes_is_the_number(dynamic, backend):
+    """`repr(n)`, `str(list(x.shape))`, `f"{tuple(x.shape)}"` (containers show their items' repr) gave
+    `Sym(s0)`: returned, and stored on a module and in a global list."""
+    log = []
+
+    def f(x, k):
+        n = x.shape[0]
+        log.append(repr(n))
+        return repr(n), f"{n!r}", str(list(x.shape)), f"{tuple(x.shape)}", str({"rows": n}), "%r" % n, repr(k)
+    cf = ds.compile(f, dynamic=dynamic, backend=backend)
+    for n in (5, 7, 9, 7):
+        x = torch.randn(n, 3)
+        assert cf(x, n + 0.5) == f(x, n + 0.5)
+        assert log[-1] == log[-2] == str(n)
+
+
+@pytest.mark.parametrize("case", ["numel // n", "n // n", "n % n", "k % n", "k / n"])
+@pytest.mark.parametrize("backend", ["eager", "fused"])
+def test_dividing_by_a_size_that_may_be_zero_raises_as_eager(case, backend):
+    """A size made dynamic after a recompile is compiled size-obliviously (a size-0 call reuses the
+    entry): `x.numel() // x.size(0)` simplified to the other size returned 3 where eager raises
+    ZeroDivisionError. The division guards its divisor nonzero now."""
+    fns = {"numel // n": lambda x, k: x.numel() // x.shape[0], "n // n": lambda x, k: x.shape[0] // x.shape[0],
+           "n % n": lambda x, k: x.shape[0] % x.shape[0], "k % n": lambda x, k: k % x.shape[0],
+           "k / n": lambda x, k: k / x.shape[0]}
+    f = fns[case]
+    cf = ds.compile(f, backend=backend)
+    for n in (5, 7, 0, 9):
+        x = torch.randn(n, 3)
+        if n == 0:
+            with pytest.raises(ZeroDivisionError):
+                f(x, 0)
+            with pytest.raises(ZeroDivisionError):
+                cf(x, 0)
+        else:
+            got = cf(x, 0)
+            assert got == f(x, 0) and type(got) is type(f(x, 0))
+    assert cf.stats.compiles <= 3
+
+
+@pytest.mark.parametrize("dynamic, backend", MODES)
+def test_a_float_argument_of_zero_stays_a_float_with_its_sign(dynamic, backend):
+    """0.0 came back as the int 0 (the trace's `f == 0` replaced the symbol by sympy's integer 0), and
+    `x.shape[0] * -0.0` as 0.0 (sympy's zero has no sign): 1 / it is -inf in eager."""
+    def f(x, v):
+        if v:
+            x = x + 1
+        return x * 2, v, v * 1, x.shape[0] * v
+    cf = ds.compile(f, dynamic=dynamic, backend=backend)
+    for v in (0.5, 0.7, 0.0, -0.0, 0.0, 0.25, -0.0):
+        x = torch.randn(4)
+        want, got = f(x, v), cf(x, v)
+        torch.testing.assert_close(got[0], want[0])
+        assert [type(a) for a in got[1:]] == [type(a) for a in want[1:]], (v, got, want)
+        assert got[1:] == want[1:]
+        assert [math.copysign(1.0, a) for a in got[1:]] == [math.copysign(1.0, a) for a in want[1:]], (v, got)
+
+
+def test_if_on_a_number_argument_guards_it_nonzero_not_its_value():
+    """`if v:` specialized `v` to its value: a new float recompiled every call."""
+    def f(x, v):
+        return x * v if v else x
+    cf = ds.compile(f, dynamic=True)
+    for v in (0.5, 0.7, 0.9, 3.0):
+        x = torch.randn(3)
+        torch.testing.assert_close(cf(x, v), f(x, v))
+    assert cf.stats.compiles == 1
+    x = torch.randn(3)
+    torch.testing.assert_close(cf(x, 0.0), f(x, 0.0))
+    assert cf.stats.compiles == 2
