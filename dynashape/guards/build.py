@@ -115,7 +115,10 @@ def build_guards(tracer, env, *, globals_=None, closure=None, modules=(), grad_e
     ns = {"torch": torch, "math": math, "G": globals_ if globals_ is not None else {}, "C": closure or ()}
     local_of: dict[Source, str] = {}
     shape_of: dict[Source, str] = {}
-    lines: list[str] = []
+    # first: a TorchFunctionMode of the caller's sees, and may change, every torch call, the guard's
+    # reads of a tensor's attributes too; the call runs eagerly (runtime/compile.py)
+    ns["_tf_mode"] = torch._C._is_torch_function_mode_enabled
+    lines: list[str] = ["if _tf_mode(): return False"]
     readable: list[str] = []
     if state_guard is not None:
         for k, v in state_guard.ns.items():
@@ -237,6 +240,7 @@ def build_guards(tracer, env, *, globals_=None, closure=None, modules=(), grad_e
     else:  # the common case: one cheap C call
         lines.append("if _any_autocast(): return False")
     extra.append(("_autocast_state() == _autocast0", f"autocast state == {ns['_autocast0']}", None))
+    extra.append(("not _tf_mode()", "no TorchFunctionMode is active", None))
     extra.append((f"torch.is_grad_enabled() is {grad_enabled}", f"grad mode is {'on' if grad_enabled else 'off'}",
                   None))
     readable.append(f"torch.is_grad_enabled() == {grad_enabled}")

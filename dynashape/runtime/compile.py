@@ -61,6 +61,9 @@ glog = logging.getLogger("dynashape.graph")
 guard_log = logging.getLogger("dynashape.guards")
 
 _ALL: "weakref.WeakSet[CompiledFunction]" = weakref.WeakSet()  # for reset()
+_UNDER_MODE = ("the call is made under a TorchFunctionMode (it sees, and may change, every torch call the "
+               "function makes, which compiled code would not make as eager does)", None,
+               "The call runs eagerly; calls made outside the mode run compiled.")
 _EXPLAINED = 8  # entries a recompile explains (newest first)
 _KEPT_REASONS = 500  # recompile reasons kept in stats (the newest)
 
@@ -172,7 +175,7 @@ class CompiledFunction:
         self.internal = False  # dynashape's own generated function (that backward): stances are the user's
         self._ran_eagerly = False  # eager_then_compile: the first call has run
         self._not_traceable = _not_traceable(code_fn)  # (reason, location, advice): every call runs eagerly
-        self._said_why = False  # its reason is in stats.graph_breaks
+        self._said_why: set = set()  # the reasons of eager runs already in stats.graph_breaks
         functools.update_wrapper(self, fn)
         _ALL.add(self)
 
@@ -250,6 +253,8 @@ class CompiledFunction:
     def _miss(self, L, args, kwargs, stance="default", other_rank=False):
         if self._not_traceable is not None:
             return self._run_untraceable(args, kwargs)
+        if torch._C._is_torch_function_mode_enabled():
+            return self._run_untraceable(args, kwargs, _UNDER_MODE)
         if other_rank:  # this rank's guards passed: it compiles because another rank's failed
             reasons = ["another rank recompiles this call (compiler collectives keep the ranks' graphs alike)"]
             self.stats.add_reasons(reasons)
@@ -409,6 +414,7 @@ class CompiledFunction:
                     with trace_environment() as environ_reads, outer.watching():
                         tracer.run(self._fn, call_args, call_kwargs, finish=state.finish)
                         rngs.check()  # one it drew from breaks: its draws would be baked into the graph
+                        outer.check()
                     state.environ(environ_reads)
                 finally:
                     state.restore()  # nothing of the trace stays in the user's objects
@@ -559,13 +565,14 @@ class CompiledFunction:
         if _th.on: _th.emit("compile_end", self, self.entries[0], tracer)  # noqa: E701
         return ran[0] if ran is not None else self._fn(*args, **kwargs)
 
-    def _run_untraceable(self, args, kwargs):
-        """A generator or coroutine function: its body runs after the call returns, untraced."""
-        reason, location, advice = self._not_traceable
+    def _run_untraceable(self, args, kwargs, why=None):
+        """A generator or coroutine function (its body runs after the call returns, untraced), or a call
+        `why` says cannot be traced: it runs eagerly."""
+        reason, location, advice = why or self._not_traceable
         if self.fullgraph:
             raise GraphBreakError(reason, location, advice)
-        if not self._said_why:
-            self._said_why = True
+        if reason not in self._said_why:
+            self._said_why.add(reason)
             self.stats.graph_breaks.append(f"{reason} at {location}" if location else reason)
             logging.getLogger("dynashape.graph_breaks").info("graph break in %s: %s", self.__name__, reason)
         return self._fn(*args, **kwargs)
@@ -579,7 +586,8 @@ class CompiledFunction:
         self._cache.clear()
         self.stats = Stats()
         self.frame_state.__init__()
-        self._warned_limit = self._fell_back = self._said_why = False
+        self._warned_limit = self._fell_back = False
+        self._said_why = set()
         self._eager_keys = set()
 
 

@@ -37,8 +37,9 @@ import torch
 
 from ..symbolic.sources import (AttrSource, CellSource, ClosureSource, GlobalSource, LocalSource, ModuleGlobalSource,
                                 NamespaceSource)
-from ..symbolic.userloc import is_library_file, is_ours
+from ..symbolic.userloc import is_library_file, is_ours, user_location
 from ..tracing.errors import GraphBreak
+from ..tracing.global_state import _FUNCTION_APPLY, function_apply_as_is
 from ..tracing.inputs import ValueInput
 from ..tracing.nondeterministic import clock_read
 from ..tracing.cached import CachedStandIn, is_user_cache
@@ -71,6 +72,7 @@ class Outer:
         self._watched: list = []  # modules made WatchedModule for the trace's duration
         self._later: list = []  # modules met before it (`prepare`): watched when it starts
         self.on_walked = None  # RngStates (tracing/nondeterministic.py): told when more state was walked
+        self.late_break = None  # a break the trace found out only as it ran on (`check()` raises it)
         state.on_module = self.watch
 
     # ------------------------------------------------------------ before the trace
@@ -202,6 +204,13 @@ class Outer:
         codes, met = self._codes, self.met
 
         def hook(frame, event, arg):
+            if frame.f_code is _APPLY_CODE and not function_apply_as_is.active():
+                # `my_op = MyFn.apply` bound before the patch: the trace ran the Function's forward as
+                # plain calls (grad off, its backward lost); the trace ends, then breaks (check())
+                self.late_break = self.late_break or GraphBreak(
+                    f"torch.autograd.Function {getattr(frame.f_locals.get('cls'), '__name__', '')}.apply "
+                    "(its custom backward is not traced)", user_location(2),
+                    "The call runs eagerly, with the Function's own backward.")
             if frame.f_code not in codes:
                 codes.add(frame.f_code)
                 if not is_ours(frame.f_code.co_filename):  # (our evaluations' namespaces are not the user's)
@@ -230,6 +239,11 @@ class Outer:
                     del g[name]
             self._injected.clear()
             self._unswap()
+
+    def check(self) -> None:
+        """After the trace: what it met that the compiled code must not assume (a bound Function.apply)."""
+        if self.late_break is not None:
+            raise self.late_break
 
     def _swap(self, holder, v, ours) -> None:
         """`v` replaced by `ours` where it sits while the trace runs (from its start, or now when it
@@ -349,6 +363,7 @@ def _library_globals(g: dict) -> bool:
     return isinstance(f, str) and is_library_file(f)
 
 
+_APPLY_CODE = _FUNCTION_APPLY.__func__.__code__
 _INJECT = {"type": user_type, "globals": user_globals, "setattr": user_setattr, "delattr": user_delattr, "id": user_id}
 _USER: dict = {}  # id(module) -> (module, whether it is the user's)
 

@@ -647,7 +647,7 @@ class ShapeEnv:
         expr = self.simplify(sympy.sympify(expr))
         if expr == sym:
             return
-        if expr.is_Integer and isinstance(self.var_to_val.get(sym), float):
+        if expr.is_Integer and sym.is_integer is not True:  # (a float symbol: backed or from .item())
             expr = sympy.Float(expr)  # a float argument equal to 0 is 0.0 where the program returns it
         old_vr = self.var_to_range[sym]
         if expr.is_Number and expr not in old_vr:

@@ -74,6 +74,13 @@ class FakeTensor(torch.Tensor):
         raise AttributeError(f"'{type(self).__name__}' object has no attribute '{name}'")
 
     def __setattr__(self, name, value):
+        if name == "_is_param":  # nn.Parameter(t) of a traced value (torch marks a subclass's so)
+            from .errors import GraphBreak
+            from ..symbolic.userloc import user_location
+            raise GraphBreak("an nn.Parameter made in the function (eager's is a new leaf that the gradient "
+                             "reaches; the compiled code would make it apart from the graph)", user_location(),
+                             "The call runs eagerly (a module that makes its parameters on its first call "
+                             "compiles from the next one on).")
         if name[:3] != "ds_" and not hasattr(torch.Tensor, name) and _users_frame(sys._getframe(1)):
             from .errors import GraphBreak
             from ..symbolic.userloc import user_location

@@ -215,15 +215,28 @@ def _function_apply(cls, *args, **kwargs):
     return _FUNCTION_APPLY.__func__(cls, *args, **kwargs)
 
 
+class _ApplyAsIs:
+    """`with function_apply_as_is():` Function.apply runs as it is: a meta call made for eager's
+    autograd history (a custom op's own autograd kernel is a Function), not the user's code."""
+
+    def __call__(self):
+        return _as_is()
+
+    @staticmethod
+    def active() -> bool:
+        return getattr(_local, "apply_as_is", False)
+
+
 @contextlib.contextmanager
-def function_apply_as_is():
-    """Function.apply runs as it is: a meta call made for eager's autograd history (a custom op's
-    own autograd kernel is a Function), not the user's code."""
+def _as_is():
     saved, _local.apply_as_is = getattr(_local, "apply_as_is", False), True
     try:
         yield
     finally:
         _local.apply_as_is = saved
+
+
+function_apply_as_is = _ApplyAsIs()
 
 
 @contextlib.contextmanager

@@ -44,7 +44,7 @@ _OPAQUE = _ATOMS + (torch.Tensor, types.CodeType, types.FrameType)
 _SCAN_BUDGET = 5000  # objects one template's scans look at, in all (a trace runs them once)
 
 # spec kinds (tuples: cheap to build and to walk)
-LEAF, CONST, READ, SEQ, SIZE, DICT, OBJ, SLICE, SET, PARAM = range(10)
+LEAF, CONST, READ, SEQ, SIZE, DICT, OBJ, SLICE, SET = range(9)
 
 
 class Template:
@@ -73,11 +73,6 @@ class Template:
 
     def of(self, v):
         if isinstance(v, (torch.Tensor, SymBase)):
-            if type(v) is FakeTensor and v.__dict__.get("_is_param"):  # nn.Parameter(t) made in the trace
-                spec = self._memo.get(id(v))
-                if spec is None:
-                    spec = self._memo[id(v)] = (PARAM, self.leaf(v), v.requires_grad)
-                return spec
             return self.leaf(v)
         if isinstance(v, _ATOMS) and not isinstance(v, tuple):
             return (CONST, v)
@@ -411,10 +406,6 @@ def build(spec, flat, L, memo):
             out.extend(build(s, flat, L, memo) for s in spec[2])
             return out
         out = spec[3]([build(s, flat, L, memo) for s in spec[2]])
-        memo[id(spec)] = out
-        return out
-    if kind == PARAM:  # a Parameter per call, of this call's value (a leaf, as eager's)
-        out = torch.nn.Parameter(build(spec[1], flat, L, memo), requires_grad=spec[2])
         memo[id(spec)] = out
         return out
     if kind == SET:

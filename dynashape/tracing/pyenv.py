@@ -40,6 +40,7 @@ from .errors import GraphBreak
 from .state import current_tracer
 from .fake import FakeTensor
 from .symint import SymBool, SymFloat, SymInt
+from .tensor_attrs import TracedGradFn
 from .tree import leaves
 
 _lock = threading.Lock()
@@ -125,9 +126,9 @@ class _TypeMeta(type):
         pytype = _PYTYPE.get(t)
         if pytype is not None:
             return pytype
+        if _orig_isinstance(args[0], TracedGradFn):
+            return args[0].eager_type()
         if t is FakeTensor:  # the type of the tensor it stands for (a Parameter, a subclass)
-            if args[0].__dict__.get("_is_param"):  # nn.Parameter(t) made in the trace
-                return torch.nn.Parameter
             tr = current_tracer()
             real = tr._input_of.get(id(args[0])) if tr is not None else None
             return _orig_type(real[1]) if real is not None else torch.Tensor
@@ -375,6 +376,17 @@ def _current_patches() -> list:
 _MISSING = object()
 
 
+def _caller_saved_tensors_hooks() -> list:
+    """The caller's `saved_tensors_hooks` (activation offloading around the call), taken off while the
+    trace runs: its meta ops would pack FakeTensors through them. The compiled code runs under them."""
+    out = []
+    top = torch._C._autograd._top_saved_tensors_default_hooks
+    while (hooks := top(True)) is not None:
+        out.append(hooks)
+        torch._C._autograd._pop_saved_tensors_default_hooks()
+    return out
+
+
 @contextlib.contextmanager
 def trace_environment(export: bool = False):
     """Install the patches (once, for the outermost trace of any thread); yields the dict of
@@ -391,9 +403,12 @@ def trace_environment(export: bool = False):
         if export:
             _exporting[me] = _exporting.get(me, 0) + 1
         _env_reads.append(reads)
+    hooks = _caller_saved_tensors_hooks()
     try:
         yield reads
     finally:
+        for pack, unpack in reversed(hooks):
+            torch._C._autograd._push_saved_tensors_default_hooks(pack, unpack)
         with _lock:
             del _env_reads[next(i for i, r in enumerate(_env_reads) if r is reads)]
             _threads[me] -= 1

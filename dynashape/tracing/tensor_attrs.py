@@ -38,10 +38,18 @@ class TracedGradFn:
     (`MulBackward0`), `name()` too; anything else of it (hooks, `next_functions`) is a graph break, and
     so is letting it out of the function."""
 
-    __slots__ = ("_node_name",)
+    __slots__ = ("_node_name", "_eager_type")
 
-    def __init__(self, node_name: str | None):
+    def __init__(self, node_name: str | None, eager_type: type | None = None):
         self._node_name = node_name
+        self._eager_type = eager_type
+
+    def eager_type(self) -> type:
+        """`type(t.grad_fn)` in the user's code (tracing/pyenv.py): eager's node class."""
+        if self._eager_type is None:
+            raise GraphBreak("type() of the grad_fn of a traced tensor whose node is not known while tracing",
+                             user_location(), ESCAPE_ADVICE)
+        return self._eager_type
 
     def name(self) -> str:
         if self._node_name is None:
@@ -63,12 +71,21 @@ class TracedGradFn:
 _classes: dict = {}
 
 
-def traced_grad_fn(name: str | None) -> TracedGradFn:
-    """A TracedGradFn whose class is named as eager's node (`type(h.grad_fn).__name__`)."""
+def traced_grad_fn(mode, key, name: str | None, eager_type: type | None = None) -> TracedGradFn:
+    """A TracedGradFn whose class is named as eager's node (`type(h.grad_fn).__name__`), one per node
+    of the trace (`key`): `y.grad_fn is y.grad_fn`, and the outputs of one op share theirs, as in eager."""
+    made = mode.tracer.grad_fns
+    found = made.get(key)
+    if found is not None:
+        return found[0]
     cls = _classes.get(name)
     if cls is None:
         cls = _classes[name] = type(name or "TracedGradFn", (TracedGradFn,), {"__slots__": ()})
-    return cls(name)
+    made[key] = out = (cls(name, eager_type), key)  # (the key's objects kept: their ids stay theirs)
+    return out[0]
+
+
+torch.autograd.graph.Node.register(TracedGradFn)  # isinstance(t.grad_fn, Node), torch's documented check
 
 
 # ------------------------------------------------------------------ resolving a fake
@@ -118,12 +135,12 @@ def q_is_leaf(mode, t):
 def q_grad_fn(mode, t):
     t = _own(mode, t)
     if _input_history(mode, t) is not None:
-        return None if _fact(mode, t, "is_leaf") else traced_grad_fn(None)
+        return None if _fact(mode, t, "is_leaf") else traced_grad_fn(mode, (id(t), t), None)
     name = getattr(t, "ds_grad_fn", None)
     if name is not None:  # "": eager's node is not known (a cast inside a decomposition under autocast)
-        return traced_grad_fn(name or None)
+        return traced_grad_fn(mode, (id(t), t), name or None, getattr(torch._C._functions, name, None) if name else None)
     fn = T.grad_fn.__get__(t)
-    return None if fn is None else traced_grad_fn(type(fn).__name__)
+    return None if fn is None else traced_grad_fn(mode, (id(fn), fn), type(fn).__name__, type(fn))
 
 
 def q_output_nr(mode, t):

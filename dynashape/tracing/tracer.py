@@ -105,6 +105,7 @@ class Tracer:
         self.visible_effects: list[str] = []  # what a side exit could not undo (in-place on an input)
         self._input_of: dict[int, tuple] = {}  # id(input fake) -> (source, real tensor)
         self._input_grad_fn: dict = {}  # id(input fake) -> its autograd node when made (tensor_attrs.py)
+        self.grad_fns: dict = {}  # the stand-ins of `t.grad_fn` (tensor_attrs.py), one per node
         self.input_facts: dict = {}  # (source, attribute) -> value read of the caller's tensor: guarded
         self._op_memo: dict = {}  # op_memo.key -> recipe: calls met again with the same symbolic arguments
         self._op_refused: dict = {}  # (op, rank of its first argument) -> how often its result was not kept

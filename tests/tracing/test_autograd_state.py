@@ -428,6 +428,50 @@ def test_a_custom_autograd_function_keeps_its_backward():
     assert torch.autograd.Function.__dict__["apply"].__func__.__name__ == "apply"  # unpatched after tracing
 
 
+_square = _Square.apply  # bound before any compile: the usual idiom
+
+
+@pytest.mark.parametrize("backend", ["eager", "fused"])
+def test_a_custom_function_s_apply_bound_before_compiling_keeps_its_backward(backend):
+    """`my_op = MyFn.apply` holds the original apply, which the trace's patch of Function.apply
+    never sees: its forward was traced as plain calls under its no_grad, and backward raised."""
+    def f(x, w):
+        return _square(x) + x * w
+
+    for mode in MODES:
+        cf = ds.compile(f, dynamic=mode, backend=backend)
+        for n in (2, 3, 5):
+            got = []
+            for fn in (f, cf):
+                x, w = torch.arange(1.0, n + 1, requires_grad=True), torch.full((n,), 0.5, requires_grad=True)
+                out = fn(x, w)
+                out.sum().backward()
+                got.append((out.tolist(), x.grad.tolist(), w.grad.tolist()))
+            assert got[0] == got[1]
+        assert any("_Square.apply" in b for b in cf.stats.graph_breaks)
+
+
+def test_grad_fn_is_a_node_of_eager_s_type_and_one_object_per_node():
+    """`t.grad_fn` while tracing was a new stand-in at each read: `isinstance(y.grad_fn, Node)` (torch's
+    documented check) took the other branch, `type(y.grad_fn)` handed the caller a class of ours, and
+    `y.grad_fn is y.grad_fn`, or two outputs of one op sharing theirs, were False."""
+    def f(x):
+        y = x * 2
+        a, b, *_ = y.unbind(1)
+        same = (y.grad_fn is y.grad_fn, a.grad_fn is b.grad_fn, a.grad_fn is y.grad_fn)
+        if isinstance(y.grad_fn, torch.autograd.graph.Node):
+            return y + 1, type(y.grad_fn), type(a.grad_fn).__name__, same
+        return y - 1, type(y.grad_fn), type(a.grad_fn).__name__, same
+
+    for mode in MODES:
+        cf = ds.compile(f, dynamic=mode)
+        for n in (2, 3, 5):
+            x = torch.ones(n, 3, requires_grad=True)
+            got, want = cf(x), f(x)
+            torch.testing.assert_close(got[0], want[0])
+            assert got[1:] == want[1:] and got[1] is want[1]
+
+
 def test_a_view_of_contiguous_s_result_answers_grad_fn_as_eager_for_every_size():
     # x.t().contiguous() is a copy for n >= 2 and x's view for n <= 1; a view of it, changed in place
     # under no_grad, raises on .grad_fn in eager only where it views the leaf x. The entry compiled

@@ -360,7 +360,10 @@ def test_an_object_of_the_user_s_class_made_in_the_call_is_fresh_each_call():
         assert got[1] is not first[1] and got[2] is not first[2]
 
 
-def test_a_parameter_made_in_the_call_is_a_parameter():
+def test_a_parameter_made_in_the_call_is_a_parameter_that_its_gradient_reaches():
+    """An nn.Parameter made in the call came back a new Parameter apart from the graph, whose leaf
+    the gradient reached instead: a lazily made weight got no gradient on the first call. Such a
+    call runs eagerly (the next one of a lazy module compiles)."""
     class M(torch.nn.Module):
         def __init__(self):
             super().__init__()
@@ -380,3 +383,8 @@ def test_a_parameter_made_in_the_call_is_a_parameter():
         torch.testing.assert_close(got[0], want[0])
         assert type(got[1]) is type(want[1]) is torch.nn.Parameter and got[2] == want[2] == "Parameter"
         assert type(mc.scale) is torch.nn.Parameter and "scale" in dict(mc.named_parameters())
+        (got[0].sum() + got[1].sum()).backward()
+        (want[0].sum() + want[1].sum()).backward()
+        torch.testing.assert_close(mc.scale.grad, me.scale.grad)
+        torch.testing.assert_close(got[1].grad, want[1].grad)
+    assert "nn.Parameter made in the function" in cf.stats.graph_breaks[0]

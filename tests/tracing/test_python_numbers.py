@@ -82,3 +82,22 @@ def test_if_on_a_number_argument_guards_it_nonzero_not_its_value():
     x = torch.randn(3)
     torch.testing.assert_close(cf(x, 0.0), f(x, 0.0))
     assert cf.stats.compiles == 2
+
+
+@pytest.mark.parametrize("dynamic, backend", MODES)
+def test_a_float_equal_to_an_integer_keeps_float_dtypes_downstream(dynamic, backend):
+    """A float decided equal to 0 or 1 (`if v == 0:` on a float argument or an `.item()`) became the
+    int 0 in the graph: `int32_tensor + v` stayed int32, `torch.arange(v, 3)` and `torch.full(.., v)`
+    were int64 (eager: float32)."""
+    def f(i, t, v):
+        w = t.item()
+        if w == 0 or v == 0:
+            return i + w, i + v, torch.arange(v, 3), torch.full((2,), v), torch.tensor(w)
+        return i * w, i * v, torch.arange(v, 3), torch.full((2,), v), torch.tensor(w)
+    cf = ds.compile(f, dynamic=dynamic, backend=backend)
+    for w, v in ((0.5, 0.5), (0.75, 0.25), (0.0, 0.0), (1.0, 1.0), (0.0, 2.0)):
+        i = torch.arange(4, dtype=torch.int32)
+        got, want = cf(i, torch.tensor(w), v), f(i, torch.tensor(w), v)
+        for a, b in zip(got, want):
+            assert a.dtype == b.dtype, (w, v, a, b)
+            torch.testing.assert_close(a, b)
