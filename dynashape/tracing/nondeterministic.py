@@ -11,6 +11,8 @@ and reseeds of `random` and `numpy.random`, pyrandom.py) or is a graph break (th
 - clocks: every function of `time` but those that read no clock (`sleep`, `mktime`...); `localtime`,
   `gmtime`, `ctime`, `asctime` and `strftime` only when their time argument is left out.
 - entropy: `os.urandom`, `os.getrandom`, `os.times`, `uuid.uuid1`, `uuid.uuid4`.
+- the call stack: `inspect.stack`, `currentframe` & co, `traceback.extract_stack` & co (a graph break:
+  the trace runs under dynashape's frames).
 
 Whose call it is: the user's code is intercepted; dynashape's, torch's and their kin's run the
 original (pyenv._caller_is_user). A standard-library module between them (`secrets`, `uuid`,
@@ -56,6 +58,9 @@ _NOT_CLOCKS = ("sleep", "get_clock_info", "clock_getres", "clock_settime", "cloc
                "strptime", "tzset", "pthread_getcpuclockid")
 _NOW_BY_DEFAULT = {"localtime": 0, "gmtime": 0, "ctime": 0, "asctime": 0, "strftime": 1}  # its time argument
 _ENTROPY = (("os", ("urandom", "getrandom", "times")), ("uuid", ("uuid1", "uuid4")))
+# the call stack: a trace runs the function under dynashape's frames, and the compiled code under others
+_STACK = (("inspect", ("stack", "currentframe", "getouterframes", "getinnerframes", "trace")),
+          ("traceback", ("extract_stack", "format_stack", "print_stack", "walk_stack")))
 _CLOCK_CLASSES = ("now", "utcnow", "today")  # of datetime.datetime and datetime.date (C classmethods)
 
 
@@ -78,8 +83,9 @@ def _call(owner: str, name: str, orig, in_trace, is_user):
             advice = ("What to do: call it outside the compiled function and pass the value in" +
                       (", or use torch's random functions (torch.rand), which run at run time."
                        if "random" in owner else "."))
-            raise GraphBreak(f"{owner}.{name}() inside the compiled function (its value would be baked "
-                             f"into the graph)", _location(), advice)
+            what = " (the call stack differs while tracing" if owner in ("inspect", "traceback") else " (its value"
+            raise GraphBreak(f"{owner}.{name}() inside the compiled function{what}, and would be baked into "
+                             f"the graph)", _location(), advice)
         return orig(*args, **kwargs)
     fn.__wrapped__ = orig
     fn._dynashape = True
@@ -113,8 +119,9 @@ def patches(in_trace, is_user) -> list:
         out.append((random, "_urandom", _call("os", "urandom", random._urandom, in_trace, is_user)))
     out += [(time, n, _call("time", n, getattr(time, n), in_trace, is_user)) for n in dir(time)
             if not n.startswith("_") and n not in _NOT_CLOCKS and inspect.isroutine(getattr(time, n))]
-    for mod, names in _ENTROPY:
-        m = {"os": os, "uuid": uuid}[mod]
+    import traceback
+    for mod, names in _ENTROPY + _STACK:
+        m = {"os": os, "uuid": uuid, "inspect": inspect, "traceback": traceback}[mod]
         out += [(m, n, _call(mod, n, getattr(m, n), in_trace, is_user)) for n in names if hasattr(m, n)]
     np = sys.modules.get("numpy")
     npr = getattr(np, "random", None) if np is not None else None

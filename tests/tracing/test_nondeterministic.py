@@ -207,3 +207,23 @@ def test_a_time_function_reads_the_clock_only_when_its_time_is_left_out():
     cf = ds.compile(lambda x: (x + 1, time.asctime()))
     cf(torch.zeros(3))
     assert "time.asctime()" in cf.stats.graph_breaks[0]
+
+
+@pytest.mark.parametrize("backend", ["eager", "fused"])
+def test_the_call_stack_read_in_the_function_is_the_call_s(backend):
+    """`inspect.currentframe()`, `inspect.stack()`, `traceback.extract_stack()` answered with the trace's
+    frames (whose locals are FakeTensors), baked into the graph: the call runs eagerly."""
+    import inspect
+    import traceback
+
+    def f(x):
+        fr = inspect.currentframe()
+        top = inspect.stack()[0]
+        return x * 2, fr.f_locals["x"] is x, top.function, traceback.extract_stack()[-1].name
+    cf = ds.compile(f, backend=backend)
+    for n in (3, 4, 5):
+        x = torch.randn(n)
+        got, want = cf(x), f(x)
+        torch.testing.assert_close(got[0], want[0])
+        assert got[1:] == want[1:] == (True, "f", "f")
+    assert any("inspect.currentframe()" in b for b in cf.stats.graph_breaks)
