@@ -155,11 +155,13 @@ class RegionRuntime:
 
     def __init__(self, region: Region, idx: int, layout_matters: bool = False):
         self.region, self.idx = region, idx
-        # the graph has a stride-sensitive call (view): the kernel's contiguous outputs must be
-        # laid out as eager's, which holds for contiguous inputs and no permuted members
-        self.layout_matters = layout_matters
-        if layout_matters and any(ops.op_name(n.target) in ("permute", "transpose", "t") for n in region.nodes):
-            raise Unfusable("a permuted value in a graph that calls view: eager's layout decides whether view raises")
+        # the graph has a stride-sensitive call (view), or an output the user gets: the kernel's
+        # contiguous outputs must be laid out as eager's, which holds for contiguous inputs and no
+        # permuted members (`(x.t() * 2).relu()` returned is column-major in eager)
+        self.layout_matters = layout_matters or any(_reachable(o) and len(o.meta.shape) >= 2 for o in region.outputs)
+        if self.layout_matters and any(ops.op_name(n.target) in ("permute", "transpose", "t") for n in region.nodes):
+            raise Unfusable("a permuted value in a region whose layout shows (a view after it, or an output the "
+                            "user gets): eager's layout decides")
         lw = Lowerer(region)
         outs = []
         D, k = region.domain, region.k
@@ -344,6 +346,12 @@ class RegionRuntime:
         grad_ins = [a for a, t in zip(ins, r.inputs) if t.meta.dtype.is_floating_point]
         lines = [f"def {self.name}({params}, _save=None):"]
         torch_calls = f"return _rt.torch_calls({params})"
+        if ins:  # a tensor with no storage (vmap's BatchedTensor, also in a backward under autograd.grad(...,
+            # is_grads_batched=True); torch.func's wrappers): no kernel can read it, torch's calls take it as eager
+            lines.append("    try:")
+            lines.append(f"        _p = ({''.join(f'{a}.data_ptr(), ' for a in ins)})")
+            lines.append("    except RuntimeError:")
+            lines.append(f"        {torch_calls}")
         if not device:  # the kernel reads host memory: anything else goes to Triton or torch's calls
             lines.append(f"    if not ({' and '.join(f'{a}.is_cpu' for a in ins)}):")
             lines.append(f"        return _rt.on_device({params}, _save=_save)")
@@ -375,7 +383,6 @@ class RegionRuntime:
                 lines.append(f"        {torch_calls}")
         # an input with no memory (an efficient zero tensor autograd made: data_ptr 0; an empty one is
         # routed above) would be read through a null pointer: torch's calls take it, as in eager
-        lines.append(f"    _p = ({''.join(f'{a}.data_ptr(), ' for a in ins)})")
         if ins:
             lines.append("    if 0 in _p:")
             lines.append(f"        {torch_calls}")

@@ -42,6 +42,12 @@ IDENTITY = {"contiguous", "clone", "dropout", "detach"}
 CASTS = {"float": torch.float32, "double": torch.float64, "half": torch.float16, "bfloat16": torch.bfloat16,
          "long": torch.int64, "int": torch.int32, "bool": torch.bool, "to": None, "type_as": None}
 BOOL_INPUTS |= VIEW | IDENTITY | set(CASTS)
+# ops whose eager kernels take floating inputs only: of an integer (or bool) tensor they raise ("not
+# implemented for 'Int'", mean's "could not infer output dtype"), so they stay torch calls and raise as eager
+# does (the trace's meta gives such a call an integer result instead of an error). exp, sigmoid, logsumexp...
+# of an integer tensor do not raise: eager computes them in the default float type, as the lowering does
+FLOAT_INPUTS = {"mean", "var", "std", "softmax", "log_softmax", "layer_norm", "rms_norm", "lerp", "gelu", "silu",
+                "elu", "leaky_relu", "softplus", "mish", "hardsigmoid", "hardswish"}
 
 _ALIASES = {"__add__": "add", "__radd__": "add", "__sub__": "sub", "__rsub__": "rsub", "__mul__": "mul",
             "__rmul__": "mul", "__truediv__": "div", "__rtruediv__": "rdiv", "__pow__": "pow",
@@ -145,6 +151,10 @@ def family(n: Node) -> str | None:
         return None
     if name not in BOOL_INPUTS and any(t.meta.dtype == torch.bool for t in ins):
         return None  # relu, neg, abs, floor... of a bool tensor raise in eager: torch's call raises as eager
+    if name in FLOAT_INPUTS and not _float_inputs_ok(n, name):
+        return None
+    if _zero_tie(n, name):
+        return None
     if name in XENT:
         return "xent" if _xent_ok(n) else None
     if name in VIEW:
@@ -194,6 +204,40 @@ def family(n: Node) -> str | None:
         if not (is_tensor(a) or is_scalar(a) or a is None or isinstance(a, str)):
             return None
     return "pointwise"
+
+
+def _zero_tie(n: Node, name: str) -> bool:
+    """Whether eager's CPU kernel of this call may return either of +0.0 and -0.0 by position: torch.maximum/
+    minimum (and clamp by a tensor bound, which is one) of two opposite zeros give the second operand in
+    its vectorized blocks (`_mm256_max_ps`) and the first in the scalar tail and on strided inputs, and
+    amax/amin over a row holding both zeros give either by the row's length. No kernel reproduces that,
+    so these calls of a floating type stay torch calls (integers have one zero; a Python-number bound is
+    kept by clamp on ties in both paths, as the kernels do)."""
+    if not n.meta.dtype.is_floating_point:
+        return False
+    if name in ("clamp", "clamp_min", "clamp_max"):
+        return any(is_tensor(b) for b in list(n.args[1:]) + [n.kwargs.get("min"), n.kwargs.get("max")])
+    return name in ("maximum", "minimum", "amax", "amin")
+
+
+def _float_inputs_ok(n: Node, name: str) -> bool:
+    """Whether eager's kernel of a FLOAT_INPUTS op accepts the dtypes of this call's tensors."""
+    x = n.args[0] if n.args else n.kwargs.get("input")
+    if not is_tensor(x):
+        return False
+    xd = x.meta.dtype
+    if name in ("softmax", "log_softmax", "mean") and isinstance(arg(n, 2 if name != "mean" else 3, "dtype"), torch.dtype):
+        return True  # the input is cast to that (floating) type first (family checks it is the result's)
+    if xd not in FLOATS:
+        return False
+    if name == "lerp":  # end, and a weight tensor of any rank but 0, must have the input's type
+        end, w = arg(n, 1, "end"), arg(n, 2, "weight")
+        return is_tensor(end) and end.meta.dtype == xd and not (is_tensor(w) and w.meta.shape and w.meta.dtype != xd)
+    if name == "layer_norm":  # the CPU kernel: weight and bias of the input's type, or float32 ones for a half input
+        params = [p.meta.dtype for p in (arg(n, 2, "weight"), arg(n, 3, "bias")) if is_tensor(p)]
+        return all(p == xd for p in params) or (xd in (torch.float16, torch.bfloat16)
+                                                and all(p == torch.float32 for p in params))
+    return True
 
 
 def _view_ok(n: Node, name: str) -> bool:

@@ -194,7 +194,9 @@ def _op(n, a) -> str:
         sp = f"tl.where({x} > {_lit(20, dt)}, {x}, TM.log1p(tl.exp({x})))"
         return f"({x} * TM.tanh({sp}))"
     if name in ("hardsigmoid", "hardswish"):
-        h = f"tl.minimum(tl.maximum({x} / {_lit(6, dt)} + {_lit(0.5, dt)}, {zero}), {one})"
+        # by comparisons, as the C++ std::max/std::min: tl.maximum/minimum drop a NaN (eager's result is NaN)
+        h = f"{x} / {_lit(6, dt)} + {_lit(0.5, dt)}"
+        h = f"tl.where(({h}) > {one}, {one}, tl.where(({h}) < {zero}, {zero}, {h}))"
         return h if name == "hardsigmoid" else f"({x} * {h})"
     if name == "finite_or_zero":
         return f"tl.where(({x} == float(\"inf\")) | ({x} == float(\"-inf\")), {zero}, {x})"

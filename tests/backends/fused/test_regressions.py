@@ -25,8 +25,10 @@ def test_clamp_with_a_nan_bound_gives_nan_as_torch_does():
     nan = float("nan")
     check_fused(lambda x: (x * 2).clamp(min=nan) + 1, [(torch.randn(4, 5),)], equal_nan=True)
     check_fused(lambda x: (x * 2).clamp(max=nan) + 1, [(torch.randn(4, 5),)], equal_nan=True)
+    # a tensor bound: eager picks between opposite zeros by position, so that clamp stays a torch call
     check_fused(lambda x, lo: (x * 2).clamp(min=lo) + 1,
-                [(torch.randn(4, 5), torch.full((4, 5), nan)), (torch.randn(6, 3), torch.randn(6, 3))], equal_nan=True)
+                [(torch.randn(4, 5), torch.full((4, 5), nan)), (torch.randn(6, 3), torch.randn(6, 3))], equal_nan=True,
+                fused=False)
 
 
 def test_int32_amax_and_amin_start_from_the_int32_limits():
@@ -89,8 +91,8 @@ def test_amax_over_a_dim_that_became_empty_raises_as_eager_does():
         return v.amax(-1, keepdim=True) + v, v.amin(-1) * 2
 
     cf = ds.compile(f, backend="fused")
-    for b in (3, 0, 4, 0, 5):
-        _same_outcome(f, cf, (torch.randn(2, b),))
+    for b in (3, 0, 4, 0, 5):  # integers: a float amax/amin stays a torch call (signed zeros, test_eager_parity)
+        _same_outcome(f, cf, (torch.randint(-5, 5, (2, b)),))
     assert any(getattr(e.fn, "fused", False) for e in cf.entries)
 
 
