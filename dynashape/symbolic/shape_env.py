@@ -578,7 +578,10 @@ class ShapeEnv:
         new = vr if old is None else old & vr
         self.expr_ranges[e] = new
         if new.is_singleton() and not e.is_Add:
-            self.expr_subs[e] = new.lo
+            if e.is_integer is True:
+                self.expr_subs[e] = new.lo
+            elif new.lo != 0:  # a float form: a float (0 stays the form: `v * 0` is -0.0 for v < 0)
+                self.expr_subs[e] = sympy.Float(new.lo)
         if e.is_Add:
             self._propagate(e, new)
 
@@ -647,7 +650,9 @@ class ShapeEnv:
         expr = self.simplify(sympy.sympify(expr))
         if expr == sym:
             return
-        if expr.is_Integer and sym.is_integer is not True:  # (a float symbol: backed or from .item())
+        if expr.is_Number and sym.is_integer is not True:  # a float symbol, backed or from .item()
+            if expr == 0 and sym in self._unbacked_set():
+                return  # -0.0 == 0: the value stays the call's own (a backed one's guard refuses -0.0)
             expr = sympy.Float(expr)  # a float argument equal to 0 is 0.0 where the program returns it
         old_vr = self.var_to_range[sym]
         if expr.is_Number and expr not in old_vr:

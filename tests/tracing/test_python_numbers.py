@@ -101,3 +101,23 @@ def test_a_float_equal_to_an_integer_keeps_float_dtypes_downstream(dynamic, back
         for a, b in zip(got, want):
             assert a.dtype == b.dtype, (w, v, a, b)
             torch.testing.assert_close(a, b)
+
+
+@pytest.mark.parametrize("dynamic, backend", MODES)
+def test_a_float_form_decided_equal_to_zero_stays_a_float_with_its_sign(dynamic, backend):
+    """`w = t.item() * 0; if w == 0:` substituted sympy's integer 0 for the form: `int_tensor + w` was
+    int32 and `w` the int 0; an `.item()` of -0.0 decided `== 0` came back 0.0 (found by the numbers
+    family of the fuzzer, seed 101)."""
+    def f(x, t):
+        w = t.item() * 0
+        v = t.item()
+        if w == 0 and v == 0:
+            return (x > 0).int() + w, w, v
+        return (x > 0).int() * w, w, v
+    cf = ds.compile(f, dynamic=dynamic, backend=backend)
+    for n, t in ((3, -2.5), (4, 1.5), (5, -0.0), (3, 0.0), (0, -3.0)):
+        x = torch.randn(n, 3)
+        got, want = cf(x, torch.tensor(t)), f(x, torch.tensor(t))
+        assert got[0].dtype == want[0].dtype
+        torch.testing.assert_close(got[0], want[0])
+        assert [(type(a), math.copysign(1.0, a)) for a in got[1:]] == [(type(a), math.copysign(1.0, a)) for a in want[1:]]
