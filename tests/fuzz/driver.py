@@ -112,7 +112,7 @@ def fuzz(seed: int, seconds: float, *, out_dir: str | None = None, reduce_s: flo
                 rep.phases[p] = rep.phases.get(p, 0) + 1
                 fails = check_train_program(prog, calls, p, stats=stats, backend=backend)
             else:
-                prog = generate(pseed, exclude, data_branches=True, half=True, catch=True)
+                prog = generate(pseed, exclude, data_branches=True, half=True, catch=True, numbers=True)
                 calls = random_calls(pseed, prog, rng.randint(*calls_per_program))
                 fails = check_program(prog, calls, stats=stats, backend=backend)
             rep.programs += 1

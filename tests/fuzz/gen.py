@@ -26,7 +26,7 @@ from .phases import DEVICE
 
 SIZES = [0, 1, 2, 2, 3, 3, 4, 5, 5, 6, 7, 8, 11, 13, 16, 17]  # sizes for calls: 0, 1, 2, primes
 REF_SIZES = [2, 3, 4, 5, 6, 7, 8]  # reference sizes the generator validates statements on
-FLOATS = [0.0, -0.0, 0.5, 1.5, -2.0, 3.0, math.inf, -math.inf, math.nan]  # the float argument's values
+FLOATS = [0.0, -0.0, 0.5, 1.0, 1.5, -2.0, 3.0, math.inf, -math.inf, math.nan]  # the float argument's values
 DIMS = "ABCD"  # dim variables shared between the inputs' shapes
 MAX_NUMEL = 20000  # keeps eager fast: a candidate producing more is rejected
 
@@ -421,12 +421,76 @@ def _suppress(g):
     return [lines[h + 1].strip(), f"with contextlib.suppress({handler}):", lines[1]], t
 
 
+def _numbers(g):
+    """Python numbers made from sizes and from the number arguments, as eager computes them: text
+    (`repr(n)`, `str(list(x.shape))`, an f-string of `tuple(x.shape)`) and floats (`n * a`, `-a`)
+    returned as they are (named `p<i>`, compared by type, value and a zero's sign); integer division and
+    modulo by a size that a call makes 0 (eager raises ZeroDivisionError there, so must the compiled
+    call); branches on the float argument (`if a:`, `a == 0`, `a == 1`: calls pass 0.0, -0.0 and 1.0)
+    and on an `.item()` compared with 0 or 1, the number then used where its type decides a dtype
+    (`int_tensor + a`, `torch.arange(a, ..)`, `torch.full(.., a)`). A template returns (code, operand,
+    kind): kind "value" (a Python value to return), "int" (as `_ints`) or "tensor"."""
+    rng = g.rng
+    # mostly an input's sizes: a graph break earlier (data, `.item()`) leaves a later value's sizes plain ints
+    t = rng.choice([i.name for i in g.inputs if i.kind == "float"]) if rng.random() < 0.7 else g.tensor(min_rank=1)
+    if g.rank(t) < 1:
+        return None
+    n = g.int_name()
+    kinds = ["text", "divide", "item", "float", "float", "branch", "branch", "branch", "dtype", "dtype"] \
+        if g.has_scalar else ["text", "text", "divide", "divide", "item"]
+    kind = rng.choice(kinds)
+    if kind == "text":
+        e = rng.choice(["repr({t}.size(0))", "str(list({t}.shape))", "f'{{tuple({t}.shape)}}'", "'%r' % ({t}.size(-1),)",
+                        "str({{'rows': {t}.size(0)}})", "f'{{{t}.size(0)!r}}'", "repr({n})", "str({t}.size())",
+                        "repr({t}.numel() // 2)", "str(({t}.size(0), {n}))", "'%d-%s' % ({t}.size(0), {t}.size(-1))"]
+                       + (["repr(a)", "f'{{a!r}}'", "str([a, {t}.size(0)])", "repr({t}.size(0) * a)"] if g.has_scalar else []))
+        return e.format(t=t, n=n), None, "value"
+    if kind == "divide":  # by a size (or an int) that some calls make 0
+        e = rng.choice(["{t}.numel() // {t}.size(0)", "{t}.size(0) // {t}.size(0)", "{t}.size(0) % {t}.size(0)",
+                        "{n} % {t}.size(-1)", "{n} // {t}.size(0)", "({t}.numel() + {n}) // {t}.size(-1)",
+                        "divmod({t}.numel(), {t}.size(0))[1]", "{t}.size(-1) % {t}.size(0)", "{t}.numel() // {n}",
+                        "{t}.size(0) % {n}", "-{t}.size(-1) // {t}.size(0)"])
+        if rng.random() < 0.3:  # a true division: a float
+            e = rng.choice(["{n} / {t}.size(0)", "{t}.numel() / {t}.size(-1)", "{t}.size(0) / {n}"])
+            return e.format(t=t, n=n), None, "value"
+        return e.format(t=t, n=n), None, "int"
+    if kind == "float":  # returned: a float with its sign (0.0 and -0.0 apart), never the int 0
+        e = rng.choice(["a", "{t}.size(0) * a", "a * {t}.size(-1)", "-a", "a * 1", "a + 0.0", "a * {n}",
+                        "float({t}.size(0)) * a", "a / ({t}.size(0) + 1)", "{t}.size(0) * -0.0", "a if a else 1.5",
+                        "1.0 / a if a else -1.0", "a * {t}.numel() - a", "max(a, 0.0)", "abs(a) * {t}.size(0)"])
+        return e.format(t=t, n=n), None, "value"
+    if kind == "branch":  # decided on the float argument, then used
+        cond = rng.choice(["a", "not a", "a == 0", "a != 0", "a == 0 or a == 1", "a == 1.0", "a > 0", "a == -a"])
+        bodies = ["{t} * a", "{t} + a", "({t} > 0).int() + a", "torch.full_like({t}, a)", "({t} * 2).long() * a",
+                  "{t}.int() - a", "{t} * 2", "{t} + 1", "({t} > 0).to(torch.int32) * a"]
+        x, y = rng.sample(bodies, 2)
+        return [f"if {cond}:", "    {out} = " + x.format(t=t), "else:", "    {out} = " + y.format(t=t)], t
+    if kind == "dtype":  # a comparison, then the number where its type decides the dtype
+        e = rng.choice(["torch.arange(a, a + 3) * (1 if a == 0 else 2)",
+                        "torch.full(({t}.size(0),), a) if a == 1 else torch.full(({t}.size(0),), -a)",
+                        "torch.arange(4, dtype=torch.int32) + (a if a == 0 or a == 1 else 2 * a)",
+                        "torch.tensor(a) + (a == 0)", "torch.full((2,), a) if not a else torch.full((2,), -a)",
+                        "({t} > 0).int() + (a if a == 0 else -a)", "torch.tensor([a, float({t}.size(0))]) * (a != 0)"])
+        return e.format(t=t), t
+    # an .item() compared with 0 or 1, then used
+    item = rng.choice(["({t} > 0).float().mean().item()", "({t} > 0).all().float().item()", "{t}.abs().sum().item() * 0",
+                       "({t} > 0).any().float().item()", "float(({t} > 5).sum().item())"])
+    cond = rng.choice(["{out}_w == 0", "{out}_w == 0 or {out}_w == 1", "{out}_w == 1", "not {out}_w", "{out}_w"])
+    bodies = ["({t} > 0).int() + {out}_w", "torch.full_like({t}, {out}_w)", "{t} * {out}_w",
+              "({t} * 3).long() - {out}_w", "{t} + torch.tensor({out}_w)"]
+    x, y = rng.sample(bodies, 2)
+    return ["{out}_w = " + item.format(t=t), f"if {cond}:", "    {out} = " + x.replace("{t}", t), "else:",
+            "    {out} = " + y.replace("{t}", t)], t
+
+
 TEMPLATES = [(_pointwise, 3), (_binary, 3), (_reduce, 2), (_view, 4), (_slice, 2), (_index, 1), (_join, 2),
              (_split, 1), (_matmul, 1), (_norm, 2), (_arange, 1), (_datadep, 1), (_ints, 2), (_branch, 1), (_scalar, 1),
              (_inplace, 0.3), (_again, 2)]
 DATA_BRANCHES = TEMPLATES + [(_data_branch, 1)]  # the driver's mix: also branches on data (speculation)
 HALF = [(_half, 1)]  # and half types (inference only: a half-type gradient differs from eager's by the type's
 # rounding, past float32's tolerance). Kept apart so that a seed's program from before stays the same.
+NUMBERS = [(_numbers, 2.5)]  # and Python numbers from sizes and the number arguments (returned, divided by a size,
+# branched on), apart too
 CATCH = [(_try, 1), (_suppress, 1)]  # and `try:` / `except` (or `contextlib.suppress`) around statements that
 # may raise (in the trace or in eager)
 
@@ -482,6 +546,7 @@ class Generator:
         self.refs = self._refs()
         self.tensors = [i.name for i in self.inputs if i.kind in ("float",)]
         self.ints = ["n"]
+        self.values = []  # statements giving a Python value to return (`_numbers`): p<i>
         body = self.body = []
         want = rng.randint(5, 15)
         tries = 0
@@ -543,6 +608,8 @@ class Generator:
                                 f"{t}.storage_offset()", f"{t}.is_contiguous()", f"{t}.numel()", f"{t}.dim()"])
             if self.exclude is None or not self.exclude.search(extra):
                 ret.append(extra)
+        ret += [v for v in self.values if v not in ret][-2:]  # the Python values made (no draw: the same
+        # returns as before for a program without them)
         return ret
 
     def _candidate(self, i: int) -> Stmt | None:
@@ -553,9 +620,10 @@ class Generator:
             return None
         if made is None:
             return None
-        code, src = made
-        is_int = fn is _ints
-        out = f"s{i}" if is_int else f"v{i}"
+        code, src, *kind = made
+        kind = kind[0] if kind else "int" if fn is _ints else "tensor"
+        is_int = kind == "int"
+        out = {"int": f"s{i}", "value": f"p{i}"}.get(kind, f"v{i}")
         lines = [ln.replace("{out}", out) for ln in code] if isinstance(code, list) else [f"{out} = {code}"]
         text = "\n".join(lines)
         if self.exclude is not None and self.exclude.search(text):
@@ -576,18 +644,21 @@ class Generator:
             v = env2[out]
             if is_int and not isinstance(v, int):
                 return None
-            if not is_int and (not isinstance(v, torch.Tensor) or v.numel() > MAX_NUMEL):
+            if kind == "value" and not isinstance(v, (str, int, float)):
+                return None
+            if kind == "tensor" and (not isinstance(v, torch.Tensor) or v.numel() > MAX_NUMEL):
                 return None
             new.append(env2)
-        if not is_int and len({e[out].dim() for e in new}) != 1:
+        if kind == "tensor" and len({e[out].dim() for e in new}) != 1:
             return None  # the rank must not depend on the sizes: later statements pick dims by rank
         for env, env2 in zip(self.refs, new):
             env.update(env2)
-        (self.ints if is_int else self.tensors).append(out)
+        {"int": self.ints, "value": self.values}.get(kind, self.tensors).append(out)
         return Stmt(lines, out, src)
 
 
 def generate(seed: int, exclude: str | None = None, data_branches: bool = False, half: bool = False,
-             catch: bool = False) -> Program:
-    templates = (DATA_BRANCHES if data_branches else TEMPLATES) + (HALF if half else []) + (CATCH if catch else [])
+             catch: bool = False, numbers: bool = False) -> Program:
+    templates = (DATA_BRANCHES if data_branches else TEMPLATES) + (HALF if half else []) + (CATCH if catch else []) \
+        + (NUMBERS if numbers else [])
     return Generator(seed, exclude=exclude, templates=templates).program()

@@ -19,7 +19,9 @@ an `nn.Module` (`obj._n += 1`, `self._kv.append(...)` in `pm`'s forward), a clas
 object's slots, mutable default arguments of `f` and of helpers (`def f(..., hist=[], memo={})`),
 `functools.lru_cache` functions returning a tensor built from a size (`mask(x.shape[0])`) and
 reading a global the caller changes (with or without `cache_clear()`), and weak containers
-(`WeakValueDictionary`, `WeakSet`) given tensors made in the call. Those templates are kept in
+(`WeakValueDictionary`, `WeakSet`) given tensors made in the call, and a parameter's or buffer's own
+attributes read in forward (`getattr(self.lin.weight, "flag", 0)`, set, changed and deleted by the
+caller between calls). Those templates are kept in
 lists of their own (HIDDEN_*), as gen.py keeps HALF and CATCH: `generate_state(seed)` gives the
 programs it gave before.
 
@@ -98,11 +100,13 @@ HIDDEN_READS = [
     "{v} * len(hist)", "{v} + memo.get(n, 0.0)", "{v} * (hist[-1] if hist else 1)", "remember({v})", "tally({v})",
     "mask({v}.shape[0]) @ {v}", "{v} + ramp({v}.shape[-1])", "{v} * mask(n % 3 + 1).sum()", "{v} + ramp(B)",
     "{v} * len(WV)", "{v} + len(WS)", "{v} + (WV['y'].sum() if 'y' in WV else 0.0)",
+    "fm({v})", "{v} * (2 if getattr(m.w, 'flag', 0) else 1)", "{v} + getattr(m.buf, 'meta', {{'k': [1]}})['k'][0]",
+    "{v} * getattr(fm.lin.weight, 'flag', 0.5)",
 ]
 HIDDEN_CONDITIONS = [
     "obj._n % 2 == 0", "pm._steps > 2", "len(pm._kv) > 1", "Counted.count > 2", "len(co.hist) > 2",
     "'scale' in vars(co)", "sl.n > 1", "hasattr(sl, 'extra')", "len(hist) > 2", "n in memo", "'y' in WV",
-    "len(WS) > 1", "mask.cache_info().currsize > 1",
+    "len(WS) > 1", "mask.cache_info().currsize > 1", "getattr(fm.lin.weight, 'flag', 0)", "hasattr(m.w, 'flag')",
 ]
 HIDDEN_WRITES = [
     "obj._n += 1", "obj._hist.append({v}.sum())", "obj._hist.append(n)", "if len(obj._hist) > 3:\n    obj._hist.pop(0)",
@@ -114,6 +118,7 @@ HIDDEN_WRITES = [
     "hist.append({v}.shape[0])", "hist.append(n)", "memo[n] = {v}.sum()", "memo.pop(n, None)",
     "if len(hist) > 3:\n    hist.pop(0)", "mask.cache_clear()", "MASK_K = MASK_K + 0.5",
     "WV['y'] = {v}", "WV['s'] = {v}.sum()", "WS.add({v})",
+    "fm.lin.weight.seen = getattr(fm.lin.weight, 'seen', 0) + 1",
 ]
 HIDDEN_CHANGES = [
     "obj._n = {num}", "obj._hist.clear()", "pm._scale = {num}", "pm._kv.clear()", "pm._steps = {i}", "pm.eval()",
@@ -123,6 +128,9 @@ HIDDEN_CHANGES = [
     "f.__defaults__[0].append({i})", "f.__defaults__ = ([], {{}})", "remember.__defaults__[0].clear()",
     "tally.__kwdefaults__['k'][0] = {i}", "mask.cache_clear()", "MASK_K = {num}", "MASK_K = {num}\nmask.cache_clear()",
     "ramp.cache_clear()", "WV.clear()", "WS.clear()", "WV['y'] = GT", "WS.add(GT)",
+    "fm.lin.weight.flag = {i}", "m.w.flag = {num}", "del fm.lin.weight.flag", "vars(m.w).pop('flag', None)",
+    "fm.scale.meta = {{'k': [{i}]}}", "fm.scale.meta['k'][0] = {i}", "m.buf.meta = {{'k': [{num}]}}",
+    "fm.lin.weight.flag = not getattr(fm.lin.weight, 'flag', 0)",
 ]
 HIDDEN_RETURNS = ["obj._n", "Counted.count", "len(hist)", "sl.n", "len(WV)", "pm._steps"]
 INTS = [-1, 0, 1, 2, 3, 5, 7]
@@ -234,6 +242,22 @@ def ramp(n):
 
 WV = weakref.WeakValueDictionary()
 WS = weakref.WeakSet()
+
+
+class Flagged(torch.nn.Module):  # reads its parameter's and its buffer's own attributes
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(B, B, bias=False)
+        with torch.no_grad():
+            self.lin.weight.copy_(torch.randn(B, B, generator=_g))
+        self.register_buffer("scale", torch.ones(B))
+
+    def forward(self, v):
+        k = 2 if getattr(self.lin.weight, "flag", 0) else 1
+        return self.lin(v) * k * self.scale * getattr(self.scale, "meta", {{"k": [1]}})["k"][0]
+
+
+fm = Flagged()
 """
 
     def source(self) -> str:

@@ -29,7 +29,21 @@ PRELUDE = """class Square(torch.autograd.Function):  # a custom backward: 3 * x 
     def backward(ctx, g):
         (x,) = ctx.saved_tensors
         return 3 * x * g
-"""  # the module-level code of a program that calls Square.apply
+
+
+sq = Square.apply  # bound at module level, before any compile: the usual idiom
+
+
+class Lazy(torch.nn.Module):  # a weight made at the first call, over the input's last dim
+    def __init__(self):
+        super().__init__()
+        self.w = None
+
+    def forward(self, v):
+        if self.w is None:
+            self.w = torch.nn.Parameter(torch.linspace(-1, 1, v.size(-1)))
+        return v * self.w
+"""  # the module-level code of a program that calls Square.apply, sq or Lazy
 
 
 def input_tuple(i: Input) -> tuple:
@@ -220,17 +234,46 @@ def _half(g):
     return [first, "{out} = (%s).to(%s.dtype)" % (body, t)], t
 
 
+def _autograd_state(g):
+    """Autograd's objects read in the function: `isinstance(t.grad_fn, torch.autograd.graph.Node)`,
+    `t.grad_fn is t.grad_fn`, `type(t.grad_fn).__name__` branched on or returned (named `p<i>`); the custom
+    Function through `sq = Square.apply`, bound at module level; a module whose nn.Parameter is made
+    lazily at its first call (`if self.w is None: self.w = nn.Parameter(...)`), the parameter returned,
+    so that its `.grad` after backward is compared (phases.py: the returned tensors' grads)."""
+    t = g.tensor()
+    form = g.rng.choice(["node", "same", "name", "name", "apply", "apply", "lazy", "lazy"])
+    if form == "apply":
+        return g.rng.choice(["sq({t})", "sq({t}) + {t}", "sq({t}.sin())", "sq({t} * 2).sum() * {t}"]).format(t=t), t
+    if form == "lazy":
+        g.params.append("{out}_m.w")  # (its name: _candidate fills {out} in; see TrainGenerator._returns)
+        return ["{out}_m = Lazy()", "{out} = {out}_m(%s)" % t], t
+    if form == "name" and g.rng.random() < 0.5:
+        return g.rng.choice(["type({t}.grad_fn).__name__", "type({t}.sin().grad_fn).__name__",
+                             "str(isinstance({t}.grad_fn, torch.autograd.graph.Node))",
+                             "{t}.grad_fn is {t}.grad_fn"]).format(t=t), None, "value"
+    cond = {"node": ["isinstance({t}.grad_fn, torch.autograd.graph.Node)",
+                     "not isinstance({t}.grad_fn, torch.autograd.graph.Node)"],
+            "same": ["{t}.grad_fn is {t}.grad_fn", "{t}.grad_fn is not None and {t}.grad_fn is {t}.grad_fn"],
+            "name": ["type({t}.grad_fn).__name__ == 'NoneType'", "'Backward' in type({t}.grad_fn).__name__",
+                     "type({t}.grad_fn).__name__.startswith(('Mul', 'Add', 'Sin'))"]}[form]
+    bodies = ["{t} * 2", "{t} + 1", "{t}.sin()", "{t}.relu()", "-{t}", "{t}.detach()", "{t} * {t}", "{t}.clone()"]
+    a, b = g.rng.sample(bodies, 2)
+    return [f"if {g.rng.choice(cond)}:".format(t=t), "    {out} = " + a.format(t=t), "else:",
+            "    {out} = " + b.format(t=t)], t
+
+
 # (not `_again`: under autograd a repeated call runs in full, tracing/op_memo.py)
 TRAIN_TEMPLATES = [(fn, w * 0.6) for fn, w in TEMPLATES if fn is not _again] + [
     (_data_branch, 0.5), (_grad_mode, 2.0), (_detach, 1.0), (_retain, 1.0), (_inplace_view, 1.5), (_grad_branch, 1.5),
     (_datadep, 1.0), (_norm, 1.5), (_loss, 1.0), (_activation, 2.0), (_reduction, 1.5), (_autograd_api, 1.5),
-    (_half, 1.5)]
+    (_half, 1.5), (_autograd_state, 1.5)]
 
 
 class TrainGenerator(Generator):
     def __init__(self, seed: int, exclude: str | None = None):
         super().__init__(seed, exclude=exclude, templates=TRAIN_TEMPLATES)
         self.retained: list = []
+        self.params: list = []  # lazily made parameters to return (`_autograd_state`)
         exec(PRELUDE, self.globals)
 
     def _inputs(self) -> list:
@@ -249,9 +292,14 @@ class TrainGenerator(Generator):
         return args_of(inputs, make_leaves(inputs, call_tuple(call)))
 
     def _candidate(self, i: int) -> Stmt | None:
+        params = len(self.params)
         stmt = super()._candidate(i)
         if stmt is not None and any(".retain_grad()" in ln for ln in stmt.lines):
             self.retained.append(stmt.out)
+        if stmt is None:
+            del self.params[params:]
+        else:
+            self.params[params:] = [p.replace("{out}", stmt.out) for p in self.params[params:]]
         return stmt
 
     def _returns(self, body: list) -> list:
@@ -259,12 +307,12 @@ class TrainGenerator(Generator):
         kept = [v for v in self.retained if v not in ret]
         if kept and self.rng.random() < 0.7:  # compare the intermediate's .grad too
             ret.append(self.rng.choice(kept))
-        return ret
+        return ret + [p for p in self.params if p not in ret]  # a lazily made parameter: its .grad
 
 
 def generate_train(seed: int, exclude: str | None = None) -> Program:
     prog = TrainGenerator(seed, exclude=exclude).program()
-    if prog.uses("Square"):
+    if prog.uses("Square") or prog.uses("sq") or prog.uses("Lazy"):
         prog.prelude = PRELUDE
     return prog
 

@@ -16,6 +16,7 @@ import contextlib
 import warnings
 
 import torch
+from torch.overrides import TorchFunctionMode
 
 from .oracle import find_leak  # (pasted scripts have it above)
 
@@ -28,6 +29,11 @@ PHASES = {  # name: (weight in the fuzzer's mix, what the call site does)
     "two_forwards": (1.5, "out1 = f(*a); out2 = f(*b); loss1.backward(); loss2.backward() (calls in pairs)"),
     "accumulate": (1.5, "3 steps of forward + backward on the same leaves, grads not zeroed in between"),
     "grad_penalty": (1.5, "g = torch.autograd.grad(loss, leaves, create_graph=True); sum(g.pow(2).sum()).backward()"),
+    "saved_hooks": (1.0, "as plain, the forward under the caller's torch.autograd.graph.saved_tensors_hooks(pack, unpack), "
+                         "whose pack must get real tensors only (a FakeTensor or a meta tensor is a leak)"),
+    "function_mode": (1.0, "as plain, calls whose data seed is no multiple of 3 under a TorchFunctionMode of the caller's "
+                           "that swaps sin for cos and tanh for sigmoid and must see real tensors only (a FakeTensor is "
+                           "a leak): traces and warm entries under it, and calls without it"),
 }
 STEPS = 3  # forwards + backwards of "accumulate"
 
@@ -223,8 +229,63 @@ def _grad_penalty(r, calls):
         r.rec.append(("leaf grads after the penalty", [values(t.grad) for t in wrt]))
 
 
+def _real(t) -> bool:
+    """A tensor the caller's hooks and modes may be shown: a plain tensor (or a parameter), not meta."""
+    return type(t) in (torch.Tensor, torch.nn.Parameter) and t.device.type != "meta"
+
+
+def _seen(what, values, bad):
+    for v in values:
+        for t in (v if isinstance(v, (list, tuple)) else [v]):
+            if isinstance(t, torch.Tensor) and not _real(t):
+                bad.append(f"{what} got a {type(t).__name__} on {t.device.type}")
+
+
+class _CallerMode(TorchFunctionMode):
+    """The caller's mode: it records what it is shown and changes two calls (eager under it is the reference)."""
+    SWAP = {torch.sin: torch.cos, torch.Tensor.sin: torch.Tensor.cos, torch.tanh: torch.sigmoid,
+            torch.Tensor.tanh: torch.Tensor.sigmoid}
+
+    def __init__(self, bad):
+        super().__init__()
+        self.bad = bad
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        _seen("the caller's TorchFunctionMode", list(args) + list(kwargs.values()), self.bad)
+        return self.SWAP.get(func, func)(*args, **kwargs)
+
+
+def _under(r, calls, context):
+    """The plain phase, each call's forward under `context(call, bad)` (or none where it gives None); what the
+    caller's hooks or mode were shown that is no real tensor ends the record as a leak."""
+    for i, call in enumerate(calls):
+        tag = f"call {i}: " if len(calls) > 1 else ""
+        bad: list = []
+        ctx = context(call, bad)
+        leaves, args, out = r.forward(tag, call, ctx=(lambda: ctx) if ctx is not None else contextlib.nullcontext)
+        if bad:
+            r.rec.append(("leak", f"{tag}{bad[0]} ({len(bad)} such)"))
+            raise _Stop()
+        r.backward(tag, r.loss(tag, args, out, call[2]), leaves, out)
+
+
+def _saved_hooks(r, calls):
+    def pack(bad):
+        def hook(t):
+            _seen("the caller's saved_tensors_hooks pack", [t], bad)
+            return t
+        return hook
+    _under(r, calls, lambda call, bad: torch.autograd.graph.saved_tensors_hooks(pack(bad), lambda t: t))
+
+
+def _function_mode(r, calls):
+    _under(r, calls, lambda call, bad: _CallerMode(bad) if call[2] % 3 else None)
+
+
 _PHASE_FNS = {"plain": _plain, "no_grad": _no_grad, "enable_grad": _enable_grad, "two_forwards": _two_forwards,
-              "accumulate": _accumulate, "grad_penalty": _grad_penalty}
+              "accumulate": _accumulate, "grad_penalty": _grad_penalty, "saved_hooks": _saved_hooks,
+              "function_mode": _function_mode}
 
 
 def run_phase(fn, inputs, calls, phase, dtype=torch.float32, perturb=None):

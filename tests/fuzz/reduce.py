@@ -236,11 +236,11 @@ def _defined_before_use(prog: Program) -> bool:
     """Every `v3`/`s4` is assigned before it is read: a reduction must not lean on a NameError."""
     defined = {i.name for i in prog.inputs}
     for s in prog.body:
-        read = {n for ln in s.lines for n in re.findall(r"\b[vs]\d+\b", ln)} - {s.out}  # it may use its own output
+        read = {n for ln in s.lines for n in re.findall(r"\b[vsp]\d+\b", ln)} - {s.out}  # it may use its own output
         if not read <= defined:
             return False
         defined.add(s.out)
-    return all(n in defined for r in prog.ret for n in re.findall(r"\b[vs]\d+\b", r)) and \
+    return all(n in defined for r in prog.ret for n in re.findall(r"\b[vsp]\d+\b", r)) and \
         all(i.name in defined for i in prog.inputs)
 
 

@@ -104,6 +104,10 @@ def hidden_snapshot(ns: dict) -> dict:
         "ramp": cache_contents(ns["ramp"]),
         "WV": {k: val(v) for k, v in sorted(ns["WV"].items())},
         "WS": sorted((val(v) for v in list(ns["WS"])), key=_order),
+        "fm": {k: val(v) for k, v in list(ns["fm"].named_parameters()) + list(ns["fm"].named_buffers())},
+        "tensor attributes": {k: val(dict(vars(t))) for k, t in (("m.w", ns["m"].w), ("m.buf", ns["m"].buf),
+                                                                ("fm.lin.weight", ns["fm"].lin.weight),
+                                                                ("fm.scale", ns["fm"].scale))},
     }
 
 

@@ -16,7 +16,7 @@ from dynashape.symbolic import LocalSource, ShapeEnv
 from tests.fuzz import run as fuzz_run
 from tests.fuzz.driver import MIXED, fuzz, key_of
 from tests.fuzz.gen import REF_SIZES, Call, Input, Program, Stmt, generate, make_inputs
-from tests.fuzz.gen_train import call_tuple, generate_train, input_tuple
+from tests.fuzz.gen_train import PRELUDE, call_tuple, generate_train, input_tuple
 from tests.fuzz.oracle import compare
 from tests.fuzz.phases import PHASES, groups, run_phase
 from tests.fuzz.reduce import load_script, reduce, script
@@ -30,15 +30,20 @@ TRAIN_BUDGET = float(os.environ.get("DYNASHAPE_FUZZ_TRAIN_SECONDS", "30"))
 GRAPHS_BUDGET = float(os.environ.get("DYNASHAPE_FUZZ_CUDAGRAPHS_SECONDS", "10"))
 SEED = 20261123
 TRAIN_SEED = 20261124
-GRAPHS_SEED = SEED + 5  # its first program pads (SEED + 3's first padded replay moved to its tenth program
-# when the generator's draws changed with the `try:` template)
+# statements with a known bug, left out of the fixed-seed run until it is fixed (none: a float `.item()` times
+# the int 0 was the int 0 in the trace, fixed in shape_env's float forms)
+KNOWN_BUGS = None
+GRAPHS_SEED = SEED + 12  # its second or third program pads (SEED + 3's first padded replay moved to its tenth
+# program when the generator's draws changed with the `try:` template, SEED + 5's past the budget on a loaded
+# machine with the numbers template)
 
 
 @pytest.mark.skipif(BUDGET <= 0, reason="DYNASHAPE_FUZZ_SECONDS=0")
 def test_random_programs_compiled_under_every_mode_match_eager():
     from dynashape.backends.fused import build
     failed_builds = build.counters["failures"]
-    rep = fuzz(SEED, BUDGET, reduce_s=4.0, max_reduce=4, reserve_s=min(5.0, BUDGET / 4), log=lambda m: None)
+    rep = fuzz(SEED, BUDGET, reduce_s=4.0, max_reduce=4, reserve_s=min(5.0, BUDGET / 4), log=lambda m: None,
+               exclude=KNOWN_BUGS)
     assert rep.programs > 0
     if rep.failures:
         shown = "\n\n".join(f"# {f.headline()}\n{f.program.source()}# calls (sizes, n): {_calls(f)}"
@@ -520,3 +525,82 @@ def test_a_program_the_fused_backend_could_not_build_is_kept_as_a_script(monkeyp
     text = kept[0].read_text()
     assert "a stand-in build failure" in text.splitlines()[0]
     compile(text, str(kept[0]), "exec")  # a valid standalone script
+
+
+# ------------------------------------------------------------------ the families of the third hunt by hand
+def _numbers_program() -> tuple:
+    """gen.py `_numbers`: text of sizes and of the float argument returned, an integer division by a size
+    that the third call makes 0 (on the entry automatic dynamic made after the second), branches on the
+    float argument (0.0, -0.0 and 1.0 among the calls) and on an `.item()` equal to 0 or 1, the number then
+    used where its type decides the dtype."""
+    inputs = [Input("x", "float", ("A", "B")), Input("n", "int"), Input("a", "scalar")]
+    body = [Stmt(["p0 = repr(x.size(0))"], "p0"), Stmt(["p1 = str(list(x.shape))"], "p1"),
+            Stmt(["p2 = f'{tuple(x.shape)}'"], "p2"), Stmt(["s3 = x.numel() // x.size(0)"], "s3"),
+            Stmt(["p4 = x.size(0) * a"], "p4"),
+            Stmt(["if a:", "    v5 = x * a", "else:", "    v5 = (x > 0).int() + a"], "v5", "x"),
+            Stmt(["v6 = torch.arange(4, dtype=torch.int32) + (a if a == 0 or a == 1 else 2 * a)"], "v6", "x"),
+            Stmt(["v7_w = (x > 0).all().float().item()", "if v7_w == 0 or v7_w == 1:",
+                  "    v7 = (x > 0).int() + v7_w", "else:", "    v7 = x * v7_w"], "v7", "x")]
+    prog = Program(inputs, body, ["v5", "v6", "v7", "s3", "p0", "p1", "p2", "p4", "a"])
+    calls = [Call({"A": a, "B": 3, "C": 2, "D": 2}, 2, seed, False, v)
+             for seed, (a, v) in enumerate([(5, 1.5), (7, 1.5), (0, 1.5), (4, 0.0), (6, -0.0), (3, 1.0), (2, 0.0),
+                                            (3, -0.0)])]
+    return prog, calls
+
+
+@pytest.mark.filterwarnings("ignore")
+def test_python_numbers_from_sizes_and_the_float_argument_match_eager():
+    """Before the fixes (d75e1c0): `Sym(s0)` in the text, the int 0 for a float argument of 0.0, int32 where
+    eager's is float32, a number where eager raises ZeroDivisionError for a size-0 call."""
+    prog, calls = _numbers_program()
+    fails = check_program(prog, calls, backend="eager")
+    assert not fails, [f.headline() for f in fails]
+
+
+def test_the_generator_makes_python_numbers_only_when_asked():
+    progs = [generate(seed, data_branches=True, half=True, catch=True, numbers=True) for seed in range(150)]
+    text = "\n".join(p.source() for p in progs)
+    for needle in ("repr(", "str(list(", "f'{tuple(", " // ", "_w = ", "if a", " * a"):
+        assert needle in text, needle
+    assert any(r.startswith("p") for p in progs for r in p.ret)  # the Python values are returned
+    assert not any(s.out.startswith("p") for seed in range(40) for s in generate(seed).body)
+
+
+def _autograd_state_program(lazy: bool) -> Program:
+    """gen_train.py `_autograd_state`: grad_fn read (a Node, one object, its class's name branched on and
+    returned), the custom Function through `sq = Square.apply`; or a lazily made parameter, returned."""
+    inputs = [Input("x", "float", ("A", "B"), "leaf"), Input("y", "float", ("B",), "mul")]
+    if lazy:
+        body = [Stmt(["v0 = x * y"], "v0", "x"), Stmt(["v1_m = Lazy()", "v1 = v1_m(v0)"], "v1", "v0")]
+        ret = ["v1", "v1_m.w"]
+    else:
+        body = [Stmt(["v0 = x * y"], "v0", "x"),
+                Stmt(["if isinstance(v0.grad_fn, torch.autograd.graph.Node):", "    v1 = v0 * 2", "else:",
+                      "    v1 = v0 + 1"], "v1", "v0"),
+                Stmt(["if v1.grad_fn is v1.grad_fn:", "    v2 = v1.sin()", "else:", "    v2 = -v1"], "v2", "v1"),
+                Stmt(["p3 = type(v2.grad_fn).__name__"], "p3"), Stmt(["v4 = sq(v2) + v2"], "v4", "v2")]
+        ret = ["v4", "p3"]
+    return Program(inputs, body, ret, prelude=PRELUDE)
+
+
+@pytest.mark.filterwarnings("ignore")
+@pytest.mark.parametrize("lazy", [False, True], ids=["grad_fn and a bound apply", "a lazily made parameter"])
+def test_autograd_state_read_in_the_function_matches_eager(lazy):
+    """Before the fixes (d75e1c0): the other branch of `isinstance(grad_fn, Node)` and `grad_fn is grad_fn`,
+    a class of ours for `type(grad_fn)`, `sq(...)` traced through with its backward lost; the lazily made
+    parameter apart from the graph (no gradient reached it)."""
+    fails = check_train_program(_autograd_state_program(lazy), _SAME_SIZES[:2] + [
+        Call({"A": 5, "B": 4, "C": 2, "D": 2}, 1, 15)], "plain", modes=(None,), backend="eager")
+    assert not fails, [f.headline() for f in fails]
+
+
+@pytest.mark.filterwarnings("ignore")
+@pytest.mark.parametrize("phase", ["saved_hooks", "function_mode"])
+def test_the_caller_s_saved_tensors_hooks_and_torch_function_mode_see_real_tensors_only(phase):
+    """phases.py: the caller's pack hook and TorchFunctionMode got the trace's FakeTensors before the fixes
+    (d75e1c0), and a warm entry ran its graph where the mode changes `sin` into `cos`."""
+    prog = Program([Input("x", "float", ("A", "B"), "leaf")],
+                   [Stmt(["v0 = x.sin() * x"], "v0", "x"), Stmt(["v1 = v0.tanh() + x"], "v1", "v0")], ["v1"])
+    calls = [Call({"A": a, "B": 4, "C": 2, "D": 2}, 1, seed) for seed, a in zip((1, 2, 3, 4, 5), (3, 3, 5, 5, 6))]
+    fails = check_train_program(prog, calls, phase, modes=(None,), backend="eager")  # (function_mode: not seed 3)
+    assert not fails, [f.headline() for f in fails]

@@ -218,3 +218,33 @@ def test_the_cache_oracle_reads_an_lru_cache_without_asking_it():
     assert fuzz_state.cache_contents(bounded) == (2, [(3, [3]), (7, [7])])
     assert fuzz_state.cache_contents(unbounded) == (3, [(3, (3,)), (5, (5,)), (7, (7,))])
     assert bounded.cache_info() == before
+
+
+def _flag_program(start=HIDDEN_SEED):
+    """gen_state.py's hidden family of a parameter's and a buffer's own attributes: `fm`'s forward reads
+    `getattr(self.lin.weight, "flag", 0)` and its buffer's `meta`, f reads `m.w`'s flag; the caller sets,
+    changes (in place too) and deletes them between calls. The module, data and sizes of a generated
+    hidden program, the statements and steps fixed."""
+    from tests.fuzz.gen_state import Step
+    p = generate_state(start, hidden=True)
+    p.body = [["t0 = fm(x)"], ["t1 = t0 * (2 if getattr(m.w, 'flag', 0) else 1)"]]
+    p.ret = ["t1"]
+    changes = ["", "fm.lin.weight.flag = 1", "", "m.w.flag = 2.5", "fm.scale.meta = {'k': [3]}",
+               "fm.scale.meta['k'][0] = 4", "del fm.lin.weight.flag", "vars(m.w).pop('flag', None)", ""]
+    p.steps = [Step(c, a, 1, 100 + i) for i, (c, a) in enumerate(zip(changes, [3, 3, 4, 4, 3, 5, 5, 3, 4]))]
+    return p
+
+
+@pytest.mark.filterwarnings("ignore")
+def test_a_parameter_s_own_attributes_read_in_forward_follow_the_caller_s_changes():
+    """Before the fix (d75e1c0) the attribute read in forward was baked: set after the first call, the
+    compiled copy kept the trace's branch."""
+    fails = check_state_program(_flag_program(), modes=(None,), backend="eager")
+    assert not fails, script(fails[0])
+
+
+def test_hidden_programs_read_and_change_parameters_own_attributes():
+    progs = [generate_state(s, hidden=True) for s in range(60)]
+    text = "\n".join(_text(p) for p in progs)
+    for needle in ("fm(", "getattr(m.w, 'flag', 0)", "fm.lin.weight.flag = ", "del fm.lin.weight.flag", "fm.scale.meta"):
+        assert needle in text, needle
