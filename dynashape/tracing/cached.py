@@ -17,6 +17,8 @@ import sys
 import weakref
 from dataclasses import dataclass
 
+import torch
+
 from ..symbolic.symtypes import SymBase, SymBool, SymFloat, SymInt
 from ..symbolic.sources import Source
 from ..symbolic.userloc import user_location
@@ -59,15 +61,24 @@ class CachedStandIn:
         self._w, self._src = wrapper, src
         self._tracer = weakref.ref(tracer) if tracer is not None else None  # (not kept alive by the stand-in)
         self._misses = wrapper.cache_info().misses
+        self._guarded = False
         functools.update_wrapper(self, wrapper)
 
     def __call__(self, *args, **kwargs):
         args, kwargs = _plain_key(self._w, args, kwargs)
         hit, value = _ask(self._w, args, kwargs)
         tracer = self._tracer() if self._tracer is not None else None
-        if hit and tracer is not None:  # guarded once
-            tracer.value_inputs.append(ValueInput(CacheMisses(self._src), self._misses, "const"))
-            self._tracer = None
+        if hit and tracer is not None:
+            if not self._guarded:  # guarded once
+                tracer.value_inputs.append(ValueInput(CacheMisses(self._src), self._misses, "const"))
+                self._guarded = True
+            # eager's hit moves the key to the cache's newest end and counts a hit: the compiled code asks
+            # the cache again where eager does (else a later miss evicts another key than eager's)
+            loc = user_location()
+            if not tracer.visible_effects:
+                tracer.visible_effects.append(f"{self._w.__qualname__}(...) asks its lru_cache before it (at {loc})")
+            tracer.graph.call(_Touch(self._w, args, kwargs), (), {}, None, loc, torch.is_grad_enabled(),
+                              name_hint="cache_hit")
         if not hit:
             raise GraphBreak(f"{self._w.__qualname__}(...) is not in its functools.lru_cache yet: eager runs its "
                              "body once and stores the result, which a trace cannot do", user_location(),
@@ -79,6 +90,25 @@ class CachedStandIn:
 
     def __getattr__(self, name):  # cache_info, cache_clear, __wrapped__...
         return getattr(self._w, name)
+
+
+class _Touch:
+    """The graph's call of the cache with the hit's key: the value is the graph's constant already."""
+
+    def __init__(self, wrapper, args, kwargs):
+        self.wrapper, self.args, self.kwargs = wrapper, args, kwargs
+        self.__name__ = f"{wrapper.__qualname__}_cache_hit"
+        self._codegen_name = "_cache_hit"
+        self.asked = True  # by the trace, for the call that compiles: its run of the graph does not ask again
+
+    def __call__(self):
+        if self.asked:
+            self.asked = False
+            return
+        self.wrapper(*self.args, **self.kwargs)
+
+    def __repr__(self) -> str:
+        return f"{self.wrapper.__qualname__}(*{self.args!r}) (its lru_cache asked)"
 
 
 def _plain_key(wrapper, args, kwargs):

@@ -79,3 +79,28 @@ def test_a_cached_function_of_a_traced_tensor_runs_eagerly():
         torch.testing.assert_close(cf(x), norm(x) * 2)
     assert "called with a traced tensor" in cf.stats.graph_breaks[0]
     assert all(type(k) is torch.Tensor for k in [x])
+
+
+def test_a_hit_in_the_compiled_code_counts_and_orders_the_cache_as_eager_s():
+    """A hit the trace saw was a constant of the graph: the compiled code never asked the cache, so its
+    hit count stayed and its least recently used key was another than eager's, whose later miss then
+    evicted another key (state fuzzer seed 25112990). The hits, misses and (through the misses of later
+    calls) the order of the keys match eager's call by call."""
+    def make():
+        @functools.lru_cache(maxsize=2)
+        def mask(n):
+            return torch.tril(torch.ones(n, n))
+
+        def f(x, n):
+            return x * mask(n % 3 + 1).sum()
+        return mask, f
+
+    for backend in ("eager", "fused"):
+        (me, fe), (mc, fc) = make(), make()
+        cf = ds.compile(fc, backend=backend)
+        for n in (0, 5, 5, 3, 5, 1, 0, 5, 3, 1):
+            x = torch.randn(3)
+            torch.testing.assert_close(cf(x, n), fe(x, n))
+            # (not the misses: the trace asks the cache before eager's run of a miss, which counts one more)
+            got, want = mc.cache_info(), me.cache_info()
+            assert (got.hits, got.currsize) == (want.hits, want.currsize), (backend, n, got, want)
