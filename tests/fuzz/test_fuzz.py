@@ -1,6 +1,6 @@
 """The soundness fuzzer in the suite: random programs, compiled under every `dynamic=` mode, match eager.
 
-`DYNASHAPE_FUZZ_SECONDS` scales the fixed-seed budget (default 60 s; 0 skips it);
+`DYNASHAPE_FUZZ_SECONDS` scales the fixed-seed budget (default 45 s; 0 skips it);
 `DYNASHAPE_FUZZ_TRAIN_SECONDS` the training-mode one (default 30 s; 0 skips it);
 `DYNASHAPE_FUZZ_CUDAGRAPHS_SECONDS` the CUDA graphs one (default 10 s; 0 skips it).
 `make fuzz` (`FUZZ_MODE=train`) runs the same loop with a random seed for longer.
@@ -24,7 +24,7 @@ from tests.fuzz.oracle import find_leak
 from tests.fuzz.run import check_program, difference, load, random_calls
 from tests.fuzz.train import check_train_program
 
-BUDGET = float(os.environ.get("DYNASHAPE_FUZZ_SECONDS", "60"))
+BUDGET = float(os.environ.get("DYNASHAPE_FUZZ_SECONDS", "45"))
 TRITON_BUDGET = float(os.environ.get("DYNASHAPE_FUZZ_TRITON_SECONDS", "15"))
 TRAIN_BUDGET = float(os.environ.get("DYNASHAPE_FUZZ_TRAIN_SECONDS", "30"))
 GRAPHS_BUDGET = float(os.environ.get("DYNASHAPE_FUZZ_CUDAGRAPHS_SECONDS", "10"))
@@ -33,9 +33,8 @@ TRAIN_SEED = 20261124
 # statements with a known bug, left out of the fixed-seed run until it is fixed (none: a float `.item()` times
 # the int 0 was the int 0 in the trace, fixed in shape_env's float forms)
 KNOWN_BUGS = None
-GRAPHS_SEED = SEED + 12  # its second or third program pads (SEED + 3's first padded replay moved to its tenth
-# program when the generator's draws changed with the `try:` template, SEED + 5's past the budget on a loaded
-# machine with the numbers template)
+GRAPHS_SEED = SEED + 4  # its first program pads: a loaded machine that runs one program in the budget still
+# pads (the first padded replay of earlier seeds moved to later programs as the generator's draws changed)
 
 
 @pytest.mark.skipif(BUDGET <= 0, reason="DYNASHAPE_FUZZ_SECONDS=0")

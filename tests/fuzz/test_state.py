@@ -3,7 +3,7 @@ oracle sees a wrong write, a lost write and a trace-time value left in the state
 state (`_` attributes, class attributes, slots, mutable defaults, lru_cache, weak containers): a
 program of each family from a fixed seed, and the oracle's view of each.
 
-`DYNASHAPE_FUZZ_STATE_SECONDS` sets the fixed-seed budget (default 20 s; 0 skips it), over the
+`DYNASHAPE_FUZZ_STATE_SECONDS` sets the fixed-seed budget (default 15 s; 0 skips it), over the
 programs without the hidden state; `DYNASHAPE_FUZZ_STATE_HIDDEN_SECONDS` the hidden state's (default
 15 s); `make fuzz FUZZ_MODE=state` runs the loop (with the hidden state) with a random seed for longer.
 """
@@ -19,7 +19,7 @@ from tests.fuzz.driver import MIXED, Report
 from tests.fuzz.gen_state import generate_state
 from tests.fuzz.state import check_state_program, reduce_state, script
 
-STATE_BUDGET = float(os.environ.get("DYNASHAPE_FUZZ_STATE_SECONDS", "20"))
+STATE_BUDGET = float(os.environ.get("DYNASHAPE_FUZZ_STATE_SECONDS", "15"))
 STATE_SEED = 20261127
 HIDDEN_BUDGET = float(os.environ.get("DYNASHAPE_FUZZ_STATE_HIDDEN_SECONDS", "6"))
 HIDDEN_FUZZ_SEED = 20261128
