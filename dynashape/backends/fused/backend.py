@@ -192,6 +192,11 @@ class RegionRuntime:
         for n in region.nodes:  # sizes the torch calls name (reshape(s1, s0)) though the kernel may not
             for e in _sym_exprs_in((n.args, n.kwargs)):
                 sym_set |= e.expr.free_symbols
+        # numbers eager converts with a check (masked_fill(m, n) of int32, n = 2**40): a value the result's
+        # type does not hold runs the torch calls, which raise as eager does (or compute what eager does)
+        self.fit_checks = list(dict.fromkeys(lw.fit_checks))
+        for e, _ in self.fit_checks:
+            sym_set |= sympy.sympify(e).free_symbols
         # amax/amin over an empty dim raise in eager; the kernel would return -inf: let torch raise
         self.nonempty = None
         if any(ops.op_name(n.target) in ("amax", "amin") for n in region.nodes):
@@ -368,6 +373,9 @@ class RegionRuntime:
         if self.empty is not None:  # nothing to compute, and an empty input's data pointer is null
             lines.append(f"    if ({pyexpr(self.empty)}) == 0:")
             lines.append(f"        {torch_calls}")
+        for e, dt in self.fit_checks:
+            lines.append(f"    if not _fits({pyexpr(e)}, {dt}):")
+            lines.append(f"        {torch_calls}")
         if self.few is not None:
             lines.append(f"    if ({pyexpr(self.few[0])}) <= {self.few[1]!r}:")
             lines.append(f"        {torch_calls}")
@@ -445,7 +453,7 @@ class RegionRuntime:
         ns = {"torch": torch, "_empty": torch.empty, "_zeros": torch.zeros, "_fresh": _fresh,
               "_kernel": self.tkernel if device else self.kernel, "_nthreads": torch.get_num_threads,
               "_grad_on": torch.is_grad_enabled, "_rt": self, "_apply": autodiff.FusedRegion.apply,
-              "_targets_in_range": targets_in_range}
+              "_targets_in_range": targets_in_range, "_fits": ops.fits}
         exec_source(src, "fused-region-triton" if device else "fused-region", ns)
         fn = ns[self.name]
         fn.source = src

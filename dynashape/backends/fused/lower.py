@@ -63,6 +63,9 @@ class Lowerer:
         self.buf = {n: i for i, n in enumerate(region.inputs)}
         self.memo: dict = {}
         self.float_exprs: dict = {}  # float formula -> the symbol the kernel reads its value as
+        # (symbolic number, type): eager's call raises when its value does not fit the type (masked_fill(m, n)
+        # of an int32 tensor, n = 2**40): the wrapper runs the torch calls for such a value
+        self.fit_checks: list = []
 
     # ------------------------------------------------------------------ helpers
     def cast(self, v, dt):
@@ -80,24 +83,45 @@ class Lowerer:
             return self.cast(self.ir.sym(v.expr, torch.float64 if v.pytype is float else torch.int64), dt)
         if isinstance(v, bool) and dt != torch.bool:
             v = int(v)
+        try:  # the value eager's wrapped number has in `dt`: 2**40 in int32 wraps to 0, 2**63 in int64 to -2**63
+            if dt in (torch.int32, torch.int64) and isinstance(v, int):
+                bits = 32 if dt == torch.int32 else 64
+                v = (v + 2 ** (bits - 1)) % 2 ** bits - 2 ** (bits - 1)
+            elif dt in (torch.int32, torch.int64):
+                v = int(v)
+            elif dt != torch.bool:
+                v = float(v)
+        except (OverflowError, ValueError):
+            raise Unfusable(f"the number {v!r} as {dt}") from None
         return self.ir.const(v, dt)
 
+    def wrapper_value(self, v: SymExpr):
+        """The expression the region's wrapper evaluates to get symbolic number `v` (a float formula's
+        stand-in symbol, which the caller computes)."""
+        if v.pytype is float and not (v.expr.is_Symbol or v.expr.is_Number):
+            return self.float_exprs.setdefault(v.expr, sympy.Symbol(f"zfx{len(self.float_exprs)}", real=True))
+        return v.expr
+
     def narrowed(self, v, half):
-        """A Python number (or 0-d tensor of another type) as a half-type op that eager computes with it
-        reads it: add, sub and the comparisons take it in the tensor's type (the wrapped number is cast
-        to it: `x > 0.1` in bfloat16 compares with 0.10009765625, and 0.1 itself is not above it; 257 is
-        256); mul and div read it in float32. None: not such a number."""
+        """A Python number or a 0-d tensor in an op eager computes in the half type `half`: the value cast to
+        it first, as TensorIterator casts such an operand to the common type (`x > 0.1` in bfloat16 compares
+        with 0.10009765625; `1.1 ** x` in float16 raises 1.099609375 to x; 257 is 256), in float32. None:
+        not such an operand. (A mul's or div's second operand is read in float32 unrounded instead: _pointwise.)"""
         if half not in (torch.float16, torch.bfloat16):
             return None
-        if ops.is_tensor(v):  # a 0-d tensor of another type counts as a number (type promotion), cast the same
+        if ops.is_tensor(v):  # a 0-d tensor of another type (type promotion leaves the op in `half`)
             if v.meta.shape or v.meta.dtype == half:
                 return None
-            return self.cast_to(self.value(v, ()), half)
+            return self.cast_to(self.cast(self.value(v, ()), torch.float32), half)
         if not ops.is_scalar(v):
             return None
         if isinstance(v, SymExpr):
-            return self.cast_to(self.scalar(v, torch.float64), half)
-        return self.ir.const(torch.tensor(float(v), dtype=torch.float64).to(half).item(), torch.float32)
+            return self.cast_to(self.scalar(v, torch.float32), half)
+        if isinstance(v, int) and not -2 ** 63 <= v < 2 ** 63:
+            raise Unfusable(f"the number {v!r} in {half}")
+        # eager's own conversion (an int64 goes through float32, which may round twice)
+        src = torch.int64 if isinstance(v, int) and not isinstance(v, bool) else torch.float64
+        return self.ir.const(torch.tensor(v, dtype=src).to(half).item(), torch.float32)
 
     @staticmethod
     def bidx(v: Node, idx: tuple, out: tuple) -> tuple:
@@ -119,12 +143,17 @@ class Lowerer:
 
     def at(self, v, idx, dt, out: tuple, half=None):
         """Operand `v` of a node of shape `out` whose element `idx` is being computed, as dtype `dt`.
-        `half`: the op computes in that half type, to which eager casts an integer or bool tensor
-        operand first (`x + positions` in bfloat16 adds 256 for 257)."""
+        `half`: the op computes in that half type, to which eager casts every operand of another type
+        first: an integer or bool tensor (`x + positions` in bfloat16 adds 256 for 257), a 0-d tensor, a
+        Python number (`narrowed`)."""
+        if half is not None and compute_dtype(dt) == torch.float32:  # (not a where's or an and's bool operand)
+            got = self.narrowed(v, half)
+            if got is not None:
+                return got
         if ops.is_tensor(v):
             got = self.value(v, self.bidx(v, idx, out))
             if half is not None and v.meta.shape and not v.meta.dtype.is_floating_point \
-                    and compute_dtype(dt) == torch.float32:  # (not a where's or an and's bool operand)
+                    and compute_dtype(dt) == torch.float32:
                 got = self.cast_to(self.cast(got, torch.float32), half)
             return self.cast(got, dt)
         if ops.is_scalar(v):
@@ -175,8 +204,12 @@ class Lowerer:
         ir = self.ir
         half = n.meta.dtype if n.meta.dtype in (torch.float16, torch.bfloat16) else None
         A = lambda v, t=dt: self.at(v, idx, t, tuple(n.meta.shape), half)  # noqa: E731
-        N = lambda v: self.narrowed(v, half) or A(v)  # noqa: E731  (a Python number in the half type)
+        # a number eager reads in the op's (float32) compute type, not rounded to the half type first
+        W = lambda v: self.at(v, idx, dt, tuple(n.meta.shape))  # noqa: E731
         a0 = n.args[0] if n.args else n.kwargs.get("input")
+        for v in list(n.args) + list(n.kwargs.values()):
+            if isinstance(v, SymExpr) and ops.eager_raises(n, probe=v):  # some values raise: checked per call
+                self.fit_checks.append((self.wrapper_value(v), n.meta.dtype))
         if name in ops.CASTS:
             return self.cast_to(self.value(a0, self.bidx(a0, idx, tuple(n.meta.shape))), n.meta.dtype)
         if name in ("add", "sub", "rsub"):
@@ -184,41 +217,28 @@ class Lowerer:
             alpha = ops.arg(n, 2, "alpha", 1)
             if name == "rsub":
                 a, b = b, a
-            bb = N(b) if alpha == 1 else ir.op("mul", (N(b), self.narrowed(alpha, half) or self.scalar(alpha, dt)), dt)
-            return ir.op("add" if name == "add" else "sub", (N(a), bb), dt)
-        if name in ("mul", "div", "maximum", "minimum"):
+            if alpha != 1 and half is not None:  # eager: one fma in float32 in its vector loop, `x + alpha * y`
+                raise Unfusable("add with alpha in a half type")  # rounded after each op in its scalar tail
+            bb = A(b) if alpha == 1 else ir.op("mul", (A(b), A(alpha)), dt)
+            return ir.op("add" if name == "add" else "sub", (A(a), bb), dt)
+        if name in ("mul", "div"):
+            # a half-type kernel reads a second operand that is one value (a number, a 0-d tensor: `is_scalar(2)`)
+            # in float32 as given (`x * 0.1`, `x / t`); any other operand is cast to the half type first (`t * x`)
+            b = ops.arg(n, 1, "other")
+            one = not ops.is_tensor(b) or all(isinstance(d, int) and d == 1 for d in b.meta.shape)
+            return ir.op(name, (A(a0), W(b) if one else A(b)), dt)
+        if name in ("maximum", "minimum"):
             return ir.op(name, (A(a0), A(ops.arg(n, 1, "other"))), dt)
         if name == "rdiv":  # b / a is a.reciprocal() * b in eager (Tensor.__rtruediv__): two roundings
             r = ir.op("reciprocal", (A(a0),), dt)
-            return ir.op("mul", (self.cast(self.cast_to(r, n.meta.dtype), dt), A(n.args[1])), dt)
+            return ir.op("mul", (self.cast(self.cast_to(r, n.meta.dtype), dt), W(n.args[1])), dt)
         if name in ("pow", "rpow"):
-            base, ex = (a0, ops.arg(n, 1, "exponent")) if name == "pow" else (n.args[1], a0)
-            if not _is_float(dt):
-                if ex == 2:
-                    x = A(base)
-                    return ir.op("mul", (x, x), dt)
-                raise Unfusable("integer pow")
-            if isinstance(ex, (int, float)) and not isinstance(ex, bool):
-                x = A(base)
-                if ex == 2:
-                    return ir.op("mul", (x, x), dt)
-                if ex == 1:
-                    return x
-                if ex == 0.5:
-                    return ir.op("sqrt", (x,), dt)
-                if ex == 3:  # eager's bfloat16 cube on the CPU rounds x * x first (float16's does not)
-                    xx = ir.op("mul", (x, x), dt)
-                    if n.meta.dtype == torch.bfloat16:
-                        xx = self.cast(self.cast_to(xx, torch.bfloat16), dt)
-                    return ir.op("mul", (xx, x), dt)
-                if ex == -1:
-                    return ir.op("reciprocal", (x,), dt)
-            return ir.op("pow", (A(base), A(ex)), dt)
+            return self._pow(n, idx, A)
         if name in ops.COMPARE:
             other = ops.arg(n, 1, "other")
-            cdt = self.common_dtype([a0, other], compute=False)
+            cdt = ops.result_type([a0, other])  # a 0-d int64 tensor with an int32 one: compared in int32
             h = cdt if cdt in (torch.float16, torch.bfloat16) else None
-            B = lambda v: self.narrowed(v, cdt) or self.at(v, idx, cdt, tuple(n.meta.shape), h)  # noqa: E731
+            B = lambda v: self.at(v, idx, cdt, tuple(n.meta.shape), h)  # noqa: E731
             return ir.op(name, (B(a0), B(other)), torch.bool)
         if name in ("logical_and", "logical_or", "logical_not") and n.meta.dtype != torch.bool:
             raise Unfusable("bitwise op on integers")
@@ -241,14 +261,13 @@ class Lowerer:
                 v = ir.op("clamp_max", (v, A(hi)), dt)
             return v
         if name == "lerp":
-            a, b, w = A(a0), A(n.args[1]), A(ops.arg(n, 2, "weight"))
+            w = ops.arg(n, 2, "weight")  # a Python number: read in float32; a 0-d tensor: cast to the half type
+            a, b, w = A(a0), A(n.args[1]), (A(w) if ops.is_tensor(w) else W(w))
             return ir.op("add", (a, ir.op("mul", (w, ir.op("sub", (b, a), dt)), dt)), dt)
         if name == "addcmul":
-            v = ops.arg(n, 3, "value", 1)
-            prod = ir.op("mul", (A(n.args[1]), A(n.args[2])), dt)
-            if v != 1:
-                prod = ir.op("mul", (prod, self.scalar(v, dt)), dt)
-            return ir.op("add", (A(a0), prod), dt)
+            v = ops.arg(n, 3, "value", 1)  # eager: self + value * t1 * t2, value in the compute type
+            t1 = A(n.args[1]) if v == 1 else ir.op("mul", (self.scalar(v, dt), A(n.args[1])), dt)
+            return ir.op("add", (A(a0), ir.op("mul", (t1, A(n.args[2])), dt)), dt)
         if name in ops.UNARY:
             if not _is_float(dt) and name not in ("neg", "abs", "relu", "square", "sign"):
                 raise Unfusable(f"{name} on {dt}")
@@ -271,22 +290,47 @@ class Lowerer:
             return ir.op(name, (x,), dt, *extra)
         raise Unfusable(f"no lowering for {name}")
 
+    def _pow(self, n, idx, A):
+        """pow and rpow: both operands in the op's type (a half type's exponent or base rounded to it, as
+        TensorIterator casts a wrapped number and `pow(x, c)` takes `c.to<scalar_t>()`), and eager's shortcuts
+        for some exponents: sqrt, rsqrt, reciprocal for 0.5, -0.5, -1 (not for float16), then x * x, x * x * x,
+        1 / (x * x) for 2, 3, -2 of the exponent in the type (bfloat16's products rounded to it)."""
+        ir, dt, out = self.ir, compute_dtype(n.meta.dtype), n.meta.dtype
+        name = ops.op_name(n.target)
+        a0 = n.args[0] if n.args else n.kwargs.get("input")
+        base, ex = (a0, ops.arg(n, 1, "exponent")) if name == "pow" else (n.args[1], a0)
+        if not _is_float(dt):
+            if ex == 2:
+                x = A(base)
+                return ir.op("mul", (x, x), dt)
+            raise Unfusable("integer pow")
+        if isinstance(ex, (int, float)) and not isinstance(ex, bool) and name == "pow":
+            x = A(base)
+            if ex == 1:
+                return x
+            if out != torch.float16:
+                if ex == 0.5:
+                    return ir.op("sqrt", (x,), dt)
+                if ex == -0.5:
+                    return ir.op("rsqrt", (x,), dt)
+                if ex == -1:
+                    return ir.op("reciprocal", (x,), dt)
+            e = torch.tensor(float(ex), dtype=torch.float64).to(out).item() if out == torch.bfloat16 else ex
+            rnd = (lambda v: self.cast(self.cast_to(v, out), dt)) if out == torch.bfloat16 else (lambda v: v)
+            if e == 2:
+                return ir.op("mul", (x, x), dt)
+            if e == 3:  # bfloat16's cube rounds x * x first (float16's is pow, which rounds once)
+                return ir.op("mul", (rnd(ir.op("mul", (x, x), dt)), x), dt)
+            if e == -2 and out != torch.float16:
+                return ir.op("div", (ir.const(1.0, dt), rnd(ir.op("mul", (x, x), dt))), dt)
+        return ir.op("pow", (A(base), A(ex)), dt)
+
     def cast_to(self, v, target):
         return self.ir.op("cast", (v,), compute_dtype(target), target)
 
     def common_dtype(self, vals, compute: bool = True) -> torch.dtype:
         """The type eager computes `vals` in (a half type's compute type, float32, unless not `compute`)."""
-        ts = [v.meta.dtype for v in vals if ops.is_tensor(v)]
-        dt = ts[0]
-        for t in ts[1:]:
-            dt = torch.promote_types(dt, t)
-        for v in vals:
-            if ops.is_scalar(v) and not ops.is_tensor(v):
-                py = v.pytype if isinstance(v, SymExpr) else type(v)
-                if py is float and not _is_float(dt):
-                    dt = torch.get_default_dtype()
-                elif py is int and dt == torch.bool:
-                    dt = torch.int64
+        dt = ops.result_type(vals)
         return compute_dtype(dt) if compute else dt
 
     # ------------------------------------------------------------------ reductions

@@ -12,6 +12,9 @@ name, or None; `family(node)` says what kind of loop the op needs:
 """
 from __future__ import annotations
 
+import math
+import warnings
+
 import torch
 import torch.nn.functional as F
 
@@ -155,6 +158,10 @@ def family(n: Node) -> str | None:
         return None
     if _zero_tie(n, name):
         return None
+    if name == "masked_fill" and is_tensor(arg(n, 2, "value")) and not _holds(arg(n, 2, "value").meta.dtype, n.meta.dtype):
+        return None  # a 0-d value is read as a number (item()) and converted with eager's check: it may raise
+    if name in BINARY | OTHER_POINTWISE | UNARY and eager_raises(n):
+        return None  # a number that does not fit the tensor's type (masked_fill(m, 2**40) of int32): eager raises
     if name in XENT:
         return "xent" if _xent_ok(n) else None
     if name in VIEW:
@@ -317,3 +324,117 @@ def col_reduce(n: Node) -> str | None:
     if tuple(dims) == tuple(range(rank)):
         return "total"
     return None
+
+
+# ---------------------------------------------------------------- type promotion and eager's number checks
+def _category(dt) -> int:
+    return 0 if dt == torch.bool else 2 if dt.is_floating_point else 1
+
+
+def result_type(vals) -> torch.dtype:
+    """The type eager's TensorIterator computes `vals` in (torch.result_type over many operands): dimensioned
+    tensors decide; a 0-d tensor, then a Python number, only where its category (bool < int < float) is higher
+    (a 0-d int64 tensor with an int32 one: int32; a 0-d float64 with a float16: float16; a Python float with
+    an integer tensor: the default float type)."""
+    dims, zeros, wrapped = None, None, None
+
+    def up(cur, dt):
+        return dt if cur is None else torch.promote_types(cur, dt)
+
+    for v in vals:
+        if is_tensor(v):
+            if v.meta.shape:
+                dims = up(dims, v.meta.dtype)
+            else:
+                zeros = up(zeros, v.meta.dtype)
+        elif is_scalar(v):
+            py = v.pytype if isinstance(v, SymExpr) else type(v)
+            wrapped = up(wrapped, torch.bool if py is bool else torch.int64 if py is int else torch.get_default_dtype())
+
+    def combine(higher, lower):
+        if higher is None:
+            return lower
+        if lower is None or higher.is_floating_point:
+            return higher
+        if higher == torch.bool or lower.is_floating_point:
+            return torch.promote_types(higher, lower)
+        return higher
+    return combine(dims, combine(zeros, wrapped))
+
+
+def fits(v, dt) -> bool:
+    """Whether eager's checked conversion of the number `v` to `dt` (`Scalar::to<T>`, c10's `overflows`) passes:
+    an integer type holds it (a float's fraction is dropped, NaN and inf are not held), a float type has it
+    within its finite range (or it is inf or NaN)."""
+    if dt == torch.bool:
+        return True
+    if dt.is_floating_point:
+        if isinstance(v, float) and (math.isinf(v) or math.isnan(v)):
+            return True
+        fi = torch.finfo(dt)
+        return fi.min <= v <= fi.max
+    if isinstance(v, float) and (math.isinf(v) or math.isnan(v)):
+        return False
+    ii = torch.iinfo(dt)
+    return ii.min <= v <= ii.max
+
+
+def _holds(src, dst) -> bool:
+    """Whether every value of type `src` converts to `dst` under eager's check (`fits`)."""
+    if src == dst or src == torch.bool or dst == torch.float64:
+        return True
+    if dst in (torch.float32, torch.bfloat16):
+        return src in (torch.int32, torch.int64, torch.float16, torch.bfloat16)
+    return src == torch.int32 and dst == torch.int64
+
+
+_RAISES: dict = {}
+_PROBES = {int: (2 ** 63 - 1, -2 ** 63), float: (1.7e308, -1.7e308), bool: (True,)}
+
+
+def eager_raises(n: Node, probe: SymExpr | None = None) -> bool:
+    """Whether eager's call raises for this call's numbers (`masked_fill(m, 2**40)` of an int32 tensor: "value
+    cannot be converted to type int without overflow"; `x + (-2**63 - 1)`: "Overflow"), found by running it on
+    small zero tensors of its operands' types and ranks. Symbolic numbers count as 1 (any value fits), except
+    `probe`, which takes the extremes of its type: True when some value of it may raise."""
+    if not any(isinstance(a, (bool, int, float)) or isinstance(a, SymExpr)
+               for a in list(n.args) + list(n.kwargs.values())):
+        return False
+    one = {int: 1, float: 1.0, bool: True}
+
+    def key(v):
+        if is_tensor(v):
+            return ("t", v.meta.dtype, len(v.meta.shape))
+        if isinstance(v, SymExpr):
+            return ("p", v.pytype) if v is probe else ("s", v.pytype)
+        if isinstance(v, (list, tuple)):
+            return tuple(key(x) for x in v)
+        if isinstance(v, float):
+            return ("f", repr(v))
+        return (type(v).__name__, v) if isinstance(v, (bool, int, str, type(None), torch.dtype)) else ("?", id(v))
+
+    k = (n.target, tuple(key(a) for a in n.args), tuple((name, key(v)) for name, v in n.kwargs.items()))
+    got = _RAISES.get(k)
+    if got is not None:
+        return got
+    got = False
+    values = _PROBES.get(probe.pytype, (1,)) if probe is not None else (None,)
+    for pv in values:
+        def real(v):
+            if is_tensor(v):
+                return torch.zeros((1,) * len(v.meta.shape), dtype=v.meta.dtype)
+            if isinstance(v, SymExpr):
+                return pv if v is probe else one.get(v.pytype, 1)
+            if isinstance(v, (list, tuple)):
+                return type(v)(real(x) for x in v)
+            return v
+        try:
+            with warnings.catch_warnings(), torch.no_grad():
+                warnings.simplefilter("ignore")
+                n.target(*[real(a) for a in n.args], **{name: real(v) for name, v in n.kwargs.items()})
+        except Exception:  # noqa: BLE001 - any error: eager's call raises it, torch's call will too
+            got = True
+            break
+    if len(_RAISES) < 10000:
+        _RAISES[k] = got
+    return got
