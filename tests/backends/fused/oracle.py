@@ -64,3 +64,11 @@ def no_less_accurate_than_eager(fn, x, backend="fused"):
         ours_err = float((got["ours"][k] - exact).abs().max())
         assert ours_err <= 2 * eager_err + slack, (("loss", "gradient")[k], ours_err, eager_err)
     return cf
+
+
+def outcome(fn, *args):
+    """What a call gives: its result, or the type of what it raised (compared as such)."""
+    try:
+        return fn(*args)
+    except Exception as e:  # noqa: BLE001 - the exception type is what is compared
+        return type(e)
