@@ -69,7 +69,7 @@ class SymNode:
         if op in _SIGNED_ZERO and (_float_zero(self) and not b.is_Number or _float_zero(other) and not a.is_Number):
             # sympy has no -0.0 (`s0 * -0.0` would be 0): the value decides, in Python, as eager computes it
             if ha is not None and hb is not None:
-                (other if _float_zero(self) else self).bool_ne_value()
+                (other if _float_zero(self) else self).specialize()
                 return self.wrap(_FLOAT_PYOP[op](ha, hb) if op in _FLOAT_PYOP else _PYOP[op](ha, hb))
         if op in _DIVIDES and not b.is_Number:
             self._divisor_nonzero(b, hb)
@@ -97,7 +97,7 @@ class SymNode:
         expr = _SYMOP[op](a, b)
         return self._make(expr, num, None if both is None else _PYOP[op](*both))
 
-    def bool_ne_value(self) -> None:
+    def specialize(self) -> None:
         """Specialize to the example's value (an equality guard)."""
         self.env.evaluate(self.expr, self.hint, speculate=True)
 

@@ -31,7 +31,7 @@ from ...symbolic.printer import pyexpr
 from . import build
 from . import autodiff, gemm, matmul, ops
 from . import triton_run
-from .cppgen import CppGen
+from .cppgen import CppGen, combine as _combine_cpp
 from .tritongen import NoTriton, TritonGen
 from .lower import Lowerer, Region, Unfusable
 from .schedule import schedule
@@ -585,6 +585,8 @@ class _PathRegion:
 
 def _compile_all(rts: list, cpp: bool = True) -> list:
     """The regions whose kernels built (found on disk or compiled); the others stay torch calls."""
+    if cpp and config.triton != "cpu" and build.compiler() is not None:
+        build.prebuild([rt.spec.source for rt in rts], _combine_cpp)  # one compiler run for all
     ok = []
     for rt in rts:
         try:

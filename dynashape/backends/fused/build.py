@@ -41,6 +41,7 @@ counters = {"compiles": 0, "disk_hits": 0, "memory_hits": 0, "failures": 0,
 failure_messages: list = []  # the first message of each kind of failure (backend._failed)
 last_failure = [""]  # the latest one's message
 _loaded: dict = {}  # key -> ctypes function
+_prebuilt: set = set()  # keys prebuild compiled that load has not loaded yet
 _lock = threading.Lock()
 
 
@@ -100,10 +101,13 @@ def flags() -> list[str]:
     return FLAGS + _no_native_f16() + (MVEC if _mvec_ok() else [])
 
 
+_KERNEL = 'extern "C" void kernel('
+
+
 def key_of(source: str) -> str:
     cxx = compiler()
     h = hashlib.sha256()
-    for part in (source, cxx[1] if cxx else "", " ".join(flags())):
+    for part in (source, cxx[1] if cxx else "", " ".join(flags()), "kernel_<key>"):  # the symbol's name
         h.update(part.encode())
         h.update(b"\0")
     return h.hexdigest()[:24]
@@ -162,14 +166,62 @@ def load(source: str, n_ptr: int, n_int: int, floats: tuple = ()):
         if fn is not None:
             counters["memory_hits"] += 1
             return fn
-    lib = _library(source, key, flags())
-    fn = lib.kernel
+    lib = _library(_named(source, key), key, flags())
+    fn = getattr(lib, f"kernel_{key}")
     ints = [ctypes.c_double if i in floats else ctypes.c_int64 for i in range(n_int)]
     fn.argtypes = [ctypes.c_void_p] * n_ptr + ints + [ctypes.c_int]
     fn.restype = None
     with _lock:
         _loaded[key] = fn
     return fn
+
+
+def _named(source: str, key: str) -> str:
+    """A kernel's source with its symbol named by its key: libraries compiled together hold several."""
+    return source.replace(_KERNEL, f'extern "C" void kernel_{key}(', 1)
+
+
+def prebuild(sources: list, combine) -> None:
+    """Compile the kernels of `sources` not in memory or on disk in one compiler run: `combine` makes
+    one translation unit of their (named) sources. g++ spends ~0.3 s on the includes and helpers of
+    each run, so a graph of 50 regions took a minute; together they take about as long as one. Each
+    kernel's library on disk is a hard link to the shared one, found as before by the next process.
+    Where the run fails, nothing is written: `load` compiles each alone and reports its own error."""
+    keys = {}
+    for src in sources:
+        key = key_of(src)
+        if key not in _loaded and key not in keys and not os.path.exists(os.path.join(cache_dir(), f"k{key}.so")):
+            keys[key] = src
+    if len(keys) < 2:
+        return
+    d = cache_dir()
+    fd, shared = tempfile.mkstemp(suffix=".so", dir=d)
+    os.close(fd)
+    t0 = time.perf_counter()
+    try:
+        _compile_to(combine([_named(src, key) for key, src in keys.items()]), flags(), shared)
+    except Exception:  # noqa: BLE001 - each kernel is compiled alone by load, which says why it fails
+        log.debug("kernels compiled together failed; each is compiled alone", exc_info=True)
+        os.unlink(shared)
+        return
+    try:
+        for key, src in keys.items():
+            path = os.path.join(d, f"k{key}.so")
+            tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
+            try:
+                os.link(shared, tmp)
+            except OSError:
+                shutil.copyfile(shared, tmp)
+            os.replace(tmp, path)  # atomic, as _compile_to's
+            with open(path[:-3] + ".cpp", "w") as f:  # for reading; never loaded
+                f.write(src)
+            _prebuilt.add(key)
+            if tracehook.on:
+                tracehook.emit("kernel_cache", False, key, (time.perf_counter() - t0) / len(keys))
+    finally:
+        os.unlink(shared)
+    if tracehook.on:
+        tracehook.emit("phase", "kernel_compile", time.perf_counter() - t0)
 
 
 def load_library(source: str, link: list) -> ctypes.CDLL:
@@ -188,7 +240,9 @@ def load_library(source: str, link: list) -> ctypes.CDLL:
 
 def _library(source: str, key: str, fl: list) -> ctypes.CDLL:
     path = os.path.join(cache_dir(), f"k{key}.so")
-    if os.path.exists(path):
+    if key in _prebuilt:  # compiled by this process's prebuild: neither a hit nor another compile
+        _prebuilt.discard(key)
+    elif os.path.exists(path):
         counters["disk_hits"] += 1
         if tracehook.on:
             tracehook.emit("kernel_cache", True, key)

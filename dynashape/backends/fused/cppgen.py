@@ -13,6 +13,7 @@ per-thread row buffer, so no pointwise work is repeated and no reduction is reco
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 import sympy
@@ -30,7 +31,7 @@ _MATH_F1 = ("expf", "logf", "log1pf", "expm1f", "tanhf", "erff", "sinf", "cosf",
 _MATH_F2 = ("powf",)
 
 
-def _lane_consistent_math() -> str:
+def _lane_consistent_math(used: tuple) -> str:
     """C++ that routes every call of glibc's vector math (libmvec) through ONE vector variant: the
     widest the target has (AVX-512: 16 floats / 8 doubles, else AVX2: 8 / 4). A vectorized loop
     calls the variant of its own width and its remainder calls the scalar function, and glibc's
@@ -50,7 +51,7 @@ def _lane_consistent_math() -> str:
     for lanes_f, lanes_d, isa in ((4, 2, "b"), (8, 4, "c"), (8, 4, "d"), (16, 8, "e")):
         out.append(f"typedef float ds_f{isa} __attribute__((vector_size({lanes_f * 4})));")
         out.append(f"typedef double ds_d{isa} __attribute__((vector_size({lanes_d * 8})));")
-    for fname in _MATH_F1 + _MATH_F2:
+    for fname in used:
         for prec in ("f", "d"):
             name = fname if prec == "f" else fname[:-1]
             two = fname in _MATH_F2
@@ -80,7 +81,7 @@ def _lane_consistent_math() -> str:
     return "\n".join(out) + "\n"
 
 
-PRELUDE = r"""
+_HEAD = r"""
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -101,7 +102,27 @@ static inline uint16_t ds_f2bf(float f) {
 }
 template <class T> static inline T ds_maximum(T a, T b) { return (a != a || a > b) ? a : b; }
 template <class T> static inline T ds_minimum(T a, T b) { return (a != a || a < b) ? a : b; }
-""".replace("{MVEC}", _lane_consistent_math())
+"""
+_MARK = "// ---- kernels\n"  # between the prelude and the kernels (combine)
+
+
+def _used_math(body: str) -> tuple:
+    """The math functions `body` names (float or double form): only their vector wrappers are compiled.
+    Each wrapper is ~30 ms of g++ and all 24 were most of a kernel's second; a name the body lacks is a
+    `#define` that changes nothing, so leaving its wrapper out keeps the code the same."""
+    return tuple(f for f in _MATH_F1 + _MATH_F2 if re.search(rf"\b({f}|{f[:-1]})\b", body))
+
+
+def with_prelude(body: str) -> str:
+    """A translation unit: the includes, helpers and the math wrappers `body` uses, then `body`."""
+    return _HEAD.replace("{MVEC}", _lane_consistent_math(_used_math(body))) + _MARK + body
+
+
+def combine(sources: list) -> str:
+    """One translation unit of several kernels' sources (their symbols already distinct): the prelude
+    once, for all their math. A graph's regions then cost one compiler run, not one each."""
+    bodies = "".join(src.split(_MARK, 1)[1] for src in sources)
+    return with_prelude(bodies)
 
 
 @dataclass
@@ -370,8 +391,6 @@ class CppGen:
                 else:
                     op = "<" if kind == "min" else ">"
                     b.lines.append(f"acc{r.id} = (acc{r.id} {op} {v}) ? acc{r.id} : {v};")
-                    if kind != "shift" and flt:  # an int lane counter vectorizes; a bool flag does not
-                        b.lines.append(f"nan{r.id} += ({v} != {v});")
             if is_final:
                 for i, n in self.full:
                     v = b.name(n)
@@ -386,14 +405,10 @@ class CppGen:
             out += row_stmts
             for r, acc_t, init in accs:
                 out.append(f"{acc_t} acc{r.id} = {init};")
-                if r.key[0] in ("max", "min") and r.dtype.is_floating_point:
-                    out.append(f"int32_t nan{r.id} = 0;")
             clauses = []
             for r, acc_t, _ in accs:
                 red = {"sum": "+", "shift": "max"}.get(r.key[0], r.key[0])
                 clauses.append(f"reduction({red}:acc{r.id})")
-                if r.key[0] in ("max", "min") and r.dtype.is_floating_point:
-                    clauses.append(f"reduction(+:nan{r.id})")
             if is_final:
                 for i, _ in self.totals:
                     out.append(f"double tacc{i} = 0;")
@@ -403,10 +418,7 @@ class CppGen:
                 out += [f"col{i}[0] += tacc{i};" for i, _ in self.totals]
             b.stored |= b.stored_now
             for r, acc_t, _ in accs:
-                val = f"(({_f(r.dtype)})acc{r.id})"
-                if r.key[0] in ("max", "min") and r.dtype.is_floating_point:
-                    val = f"(nan{r.id} ? NAN : {val})"
-                out.append(f"const {_f(r.dtype)} red{r.id} = {val};")
+                out.append(f"const {_f(r.dtype)} red{r.id} = (({_f(r.dtype)})acc{r.id});")
         pre_row = len(b.row)
         stores = []
         for i, n in self.rows:
@@ -460,7 +472,7 @@ class CppGen:
         for i, t in enumerate(r.inputs):
             params += [f"int64_t st{i}_{d}" for d in range(len(t.meta.shape))]
         params.append("int nthreads")
-        L = [PRELUDE, f'extern "C" void kernel({", ".join(params)}) {{']
+        L = [f'extern "C" void kernel({", ".join(params)}) {{']
         for i, t in enumerate(r.inputs):
             st = _STORE[t.meta.dtype]
             L.append(f"  const {st}* __restrict in{i} = (const {st}*)p{i};")
@@ -508,7 +520,7 @@ class CppGen:
             L.append(f"    std::free(buf{bid});")
         L.append("  }")
         L.append("}")
-        src = "\n".join(L) + "\n"
+        src = with_prelude("\n".join(L) + "\n")
         return KernelSpec(src, len(r.inputs), len(self.outputs), symbols,
                           [len(t.meta.shape) for t in r.inputs], [kind for _, _, kind in self.outputs])
 

@@ -328,11 +328,6 @@ class Lowerer:
     def cast_to(self, v, target):
         return self.ir.op("cast", (v,), compute_dtype(target), target)
 
-    def common_dtype(self, vals, compute: bool = True) -> torch.dtype:
-        """The type eager computes `vals` in (a half type's compute type, float32, unless not `compute`)."""
-        dt = ops.result_type(vals)
-        return compute_dtype(dt) if compute else dt
-
     # ------------------------------------------------------------------ reductions
     def _row(self, n, idx, keep: bool):
         r, k = self.r, self.r.k
@@ -364,6 +359,8 @@ class Lowerer:
         if name == "mean":
             return self.mean(a, dt)
         if name in ("amax", "amin"):
+            if dt.is_floating_point:  # stays a torch call (ops._zero_tie): the kernels have no NaN rule for it
+                raise Unfusable("a float amax/amin: eager picks its signed zero by position")
             return ir.reduce("max" if name == "amax" else "min", a, dt)
         if name == "logsumexp":  # shifted by a finite max, so an all -inf or +inf row gives torch's +-inf
             mm = ir.op("finite_or_zero", (ir.reduce("shift", a, dt),), dt)

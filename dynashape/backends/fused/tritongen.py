@@ -318,12 +318,7 @@ class TritonGen:
             inits.append(f"acc{r.id} = tl.full([XBLOCK, RBLOCK], {init}, {TL[dt]})")
             op = ">" if lo else "<"
             s.lines.append(f"acc{r.id} = tl.where(m, tl.where(acc{r.id} {op} {v}, acc{r.id}, {v}), acc{r.id})")
-            red = f"{'tl.max' if lo else 'tl.min'}(acc{r.id}, 1)[:, None]"
-            if kind != "shift" and dt.is_floating_point:  # a NaN anywhere in the row is the row's result
-                inits.append(f"nan{r.id} = tl.full([XBLOCK, RBLOCK], 0, tl.int32)")
-                s.lines.append(f"nan{r.id} = nan{r.id} + tl.where(m & ({v} != {v}), 1, 0)")
-                red = f"tl.where(tl.sum(nan{r.id}, 1)[:, None] > 0, float(\"nan\"), {red})"
-            post.append(f"red{r.id} = {red}")
+            post.append(f"red{r.id} = {'tl.max' if lo else 'tl.min'}(acc{r.id}, 1)[:, None]")
         if final:
             for i, n in self.full:
                 s.lines.append(f"tl.store(out{i} + o * n_inner + rr, {self._stored(s.name(n), i)}, mask=m)")

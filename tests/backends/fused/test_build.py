@@ -251,3 +251,69 @@ def test_a_child_forked_during_a_background_job_exits_at_once(tmp_path):
     out = subprocess.run([sys.executable, str(script)], env=dict(os.environ, PYTHONPATH=ROOT),
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, (out.returncode, out.stderr[-2000:])
+
+
+def _regions_fn():
+    """Three regions between two matrix products (which stay torch calls), new to the kernel cache."""
+    c = random.random()
+
+    def f(x, w):
+        a = torch.relu(x * c) + 1
+        b = torch.sigmoid(a @ w) * c - a
+        return torch.tanh((b @ w) * 2) + c
+    return f
+
+
+def _kernel_runs(monkeypatch) -> list:
+    """The sources of the compiler runs that build region kernels from now on (not brgemm's library)."""
+    runs, real = [], build._compile_to
+    def spy(source, *args, **kw):
+        if 'void kernel_' in source:
+            runs.append(source)
+        return real(source, *args, **kw)
+    monkeypatch.setattr(build, "_compile_to", spy)
+    return runs
+
+
+@ds.config.patch(triton="off", fused_sync=True)  # the C++ kernels, also under DYNASHAPE_TEST_TRITON=cpu
+def test_a_graphs_kernels_compile_in_one_compiler_run_and_are_cached_one_by_one(monkeypatch):
+    runs = _kernel_runs(monkeypatch)
+    f = _regions_fn()
+    cf = ds.compile(f, dynamic=True, backend="fused")
+    x, w = torch.randn(5, 8), torch.randn(8, 8)
+    torch.testing.assert_close(cf(x, w), f(x, w))
+    regions = cf.entries[0].fn.regions
+    assert len(regions) >= 2 and len(runs) == 1 and runs[0].count('void kernel_') == len(regions)
+    for rt in regions:  # each kernel under its own name on disk: another graph with the region finds it
+        assert os.path.exists(os.path.join(build.cache_dir(), f"k{build.key_of(rt.spec.source)}.so"))
+    build._loaded.clear()
+    ds.reset()
+    cf = ds.compile(f, dynamic=True, backend="fused")
+    x = torch.randn(9, 8)
+    torch.testing.assert_close(cf(x, w), f(x, w))
+    assert cf.entries[0].fn.fused and len(runs) == 1
+
+
+@ds.config.patch(triton="off", fused_sync=True)
+def test_kernels_that_fail_to_compile_together_are_compiled_one_by_one(monkeypatch):
+    monkeypatch.setattr(fused.backend, "_combine_cpp", lambda sources: "not C++ " + " ".join(sources))
+    runs = _kernel_runs(monkeypatch)
+    f = _regions_fn()
+    failures = fused.counters["failures"]
+    cf = ds.compile(f, dynamic=True, backend="fused")
+    x, w = torch.randn(5, 8), torch.randn(8, 8)
+    torch.testing.assert_close(cf(x, w), f(x, w))
+    regions = cf.entries[0].fn.regions
+    assert cf.entries[0].fn.fused and fused.counters["failures"] == failures
+    assert len(runs) == 1 + len(regions)  # the failed run, then each alone
+
+
+def test_a_kernel_compiles_only_the_math_wrappers_it_calls():
+    cf = ds.compile(lambda x: torch.relu(x * 2) + 1, dynamic=True, backend="fused")
+    cf(torch.randn(3, 5))
+    cg = ds.compile(lambda x: F.gelu(x * 2) + 1, dynamic=True, backend="fused")
+    cg(torch.randn(3, 5))
+    relu, gelu = (c.entries[0].fn.regions[0].spec.source for c in (cf, cg))
+    assert "ds_erff" not in relu and "ds_expf" not in relu
+    if build._mvec_ok():
+        assert "ds_erff" in gelu and "ds_expf" not in gelu
