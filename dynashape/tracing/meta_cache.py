@@ -129,9 +129,11 @@ def call(func, args, kwargs):
         # so the call runs; the aten ops autograd hands down are served from the cache below it
         with _BelowAutograd():
             return func(*args, **kwargs)
-    key = (func, grad, torch._C.is_inference_mode_enabled(), autocast_state(), _sig(args),
-           _sig(tuple(sorted(kwargs.items()))) if kwargs else ())
-    return _through_cache(key, 4, func, args, kwargs, inputs=tensors)
+    # the default dtype types factories (torch.ones) and int-tensor-times-float results: a retrace after
+    # set_default_dtype(float64) was served the float32 shapes of the first trace
+    key = (func, grad, torch._C.is_inference_mode_enabled(), autocast_state(), torch.get_default_dtype(),
+           _sig(args), _sig(tuple(sorted(kwargs.items()))) if kwargs else ())
+    return _through_cache(key, 5, func, args, kwargs, inputs=tensors)
 
 
 def _through_cache(key, described: int, func, args, kwargs, fresh: bool = False, inputs=None):
@@ -178,8 +180,8 @@ class _BelowAutograd(TorchDispatchMode):
         kwargs = kwargs or {}
         if not _fresh_op(func) or "out" in kwargs:
             return func(*args, **kwargs)
-        key = ("below autograd", func, _sig(args), _sig(tuple(sorted(kwargs.items()))))
-        return _through_cache(key, 2, func, args, kwargs, fresh=True)
+        key = ("below autograd", func, torch.get_default_dtype(), _sig(args), _sig(tuple(sorted(kwargs.items()))))
+        return _through_cache(key, 3, func, args, kwargs, fresh=True)
 
 
 no_dynamo.defer(_BelowAutograd.__dict__["__torch_dispatch__"])  # torch wrapped it: no Dynamo import on a call

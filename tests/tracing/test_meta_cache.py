@@ -1,4 +1,5 @@
 """The meta run of each op (tracing/meta_cache.py): in-place ops under autograd."""
+import pytest
 import torch
 
 import dynashape as ds
@@ -42,3 +43,25 @@ def test_ops_below_autograd_are_served_by_the_cache_and_keep_eagers_history():
         torch.testing.assert_close(g, torch.autograd.grad(want[2].sum(), w)[0])
     below = [k for k in meta_cache._cache if k[0] == "below autograd"]
     assert any("addmm" in str(k[1]) for k in below), below
+
+
+@pytest.mark.parametrize("backend", ["eager", "fused"])
+def test_a_retrace_under_another_default_dtype_is_not_served_the_first_traces_shapes(backend):
+    # the cache key had no default dtype: the retrace's torch.zeros(n) was float32, so a branch on its
+    # dtype took the first trace's side and the fused kernel typed the float64 factory as float32
+    def f(h):
+        z = torch.zeros(h.shape[-1])
+        return (h * 2 if z.dtype == torch.float64 else h * 3) + torch.ones(h.shape[-1]) * 0.5, z.element_size()
+    ds.reset()
+    with ds.config.patch(fused_sync=True):
+        cf = ds.compile(f, backend=backend)
+        old = torch.get_default_dtype()
+        for dt in (torch.float32, torch.float64, torch.float32, torch.float64):
+            torch.set_default_dtype(dt)
+            try:
+                x = torch.randn(3, 4)
+                (got, gs), (want, ws) = cf(x), f(x)
+            finally:
+                torch.set_default_dtype(old)
+            assert got.dtype == want.dtype and gs == ws
+            torch.testing.assert_close(got, want)
