@@ -14,6 +14,7 @@ from __future__ import annotations
 import inspect
 import itertools
 import math
+import warnings
 
 import sympy
 import torch
@@ -26,15 +27,18 @@ from ..symbolic.sources import ItemSource, LocalSource
 from ..symbolic.userloc import user_frames
 from ..tracing.errors import GraphBreak, GraphBreakError
 from ..tracing.pyenv import trace_environment
+from ..tracing.meta.common import canonical_strides
 from ..tracing.speculate import RealValues
 from ..tracing.tracer import DimPolicy, Tracer
 from ..tracing.tree import leaves
 from . import outtypes
 from .dims import Dim
-from .program import (STATE, Check, ConstSpec, DictSpec, ExportedProgram, SeqSpec, SignatureSpec, SymbolInfo,
-                      SymIntSpec, TensorSpec)
+from .program import (STATE, Check, ConstSpec, DictSpec, ExportedProgram, GlobalSpec, SeqSpec, SignatureSpec,
+                      SymbolInfo, SymIntSpec, TensorSpec, flag_getter)
+from .pystate import Snapshot
+from .reads import AutogradReads, GradModeReads
 from .solve import solve
-from .spec import ArgPaths, Site, SpecError, create_symbols, int_policy, plan_roots, resolve_spec
+from .spec import ArgPaths, Site, SpecError, create_symbols, int_policy, plan_roots, resolve_spec, source_of
 
 _LEAVES = (bool, int, float, str, type(None), torch.dtype, torch.device)
 
@@ -149,26 +153,70 @@ class _Trace:
 
     def run(self) -> None:
         tracer = self.tracer
-        grad = torch.is_grad_enabled()
+        grad = self.grad = torch.is_grad_enabled()
+        module = getattr(self.fn, "__self__", None)
+        module = module if isinstance(module, torch.nn.Module) else None
+        # named now: the trace rebinds a buffer (`self.count += 1`) to its stand-in until restored
+        self.state_names = _state_names(module)
+        snap = Snapshot()
+        snap.add(self.fn, type(module).__name__ if module is not None else "the function")
+        self.autograd_reads = autograd = AutogradReads()
+        grad_reads = GradModeReads()
+
+        def traced(*args, **kwargs):  # the recorder of autograd reads sits above the tracer's mode
+            with autograd:
+                return self.fn(*args, **kwargs)
+
         try:
             fake = {name: tracer.wrap_input(v, LocalSource(name)) for name, v in self.L.items()}
             args, kwargs = self._call(fake)
-            with trace_environment(export=True):  # is_compiling()/is_exporting() are True, as under torch.export
-                tracer.run(self.fn, args, kwargs, finish=self._finish)
+            with grad_reads, trace_environment(export=True):  # is_exporting() is True, as under torch.export
+                tracer.run(traced, args, kwargs, finish=self._finish)
             tracer.real = None
         except GraphBreak as e:
-            torch._C._set_grad_enabled(grad)
             raise GraphBreakError(f"export traces the whole program as one graph, and here it cannot: {e.reason}",
                                   e.location, e.advice) from None
         except DataDependentError as e:
-            torch._C._set_grad_enabled(grad)
             raise e.with_traceback(None) from None
         except Exception as e:  # the program itself failed on the example; eager would fail the same way
-            torch._C._set_grad_enabled(grad)
             raise e.with_traceback(user_frames(e.__traceback__)) from None
+        finally:
+            torch._C._set_grad_enabled(grad)
+            changed = snap.changed()
+            snap.restore()  # nothing of the trace stays in the user's objects
+        self.grad_read_at = grad_reads.where if grad_reads.read else self._grad_switched()
+        self.graph.entry_grad = grad  # the code starts from the mode it was traced in: with no read of it,
+        # no node switches it and the program runs under the caller's mode; with one, the mode is checked
+        if changed:
+            warnings.warn(f"export: the traced code changed {', '.join(changed[:4])}"
+                          f"{' and more' if len(changed) > 4 else ''}; the exported program does not make such "
+                          f"changes (it returns the outputs and updates its own buffers in place), and they were "
+                          f"undone", stacklevel=3)
         for s in self.sites:  # int inputs got their symbols in the trace
             if s.dim is None:
                 s.expr = next((sym for sym, info in self.env.var_info.items() if s.source in info.sources), None)
+
+    def _grad_switched(self) -> str | None:
+        """Where the trace switched grad mode without reading it (`torch._C._set_grad_enabled(False)`): the
+        program depends on the mode it starts from then too."""
+        for n in self.graph.nodes:
+            if n.kind == "call" and n.grad_enabled is not self.grad:
+                return str(n.location) if n.location is not None else "a call in the graph"
+        if self.graph.exit_grad is not None and self.graph.exit_grad is not self.grad:
+            return "the end of the function"
+        return None
+
+    def _global_spec(self) -> GlobalSpec:
+        """The grad mode (where the trace read it, or read autograd state), the default dtype and the
+        flags the trace read: what the program checks of the caller's global state."""
+        at = self.grad_read_at or self.autograd_reads.where
+        flags = {}
+        for text, (_, value) in self.tracer.flag_reads.items():
+            if flag_getter(text) is None:
+                raise RuntimeError(f"export: the program reads {text}, which an exported program cannot check "
+                                   f"when it runs; read it outside the exported function and pass the value in")
+            flags[text] = value
+        return GlobalSpec(torch.get_default_dtype(), self.grad if at is not None else None, at, flags)
 
     def _finish(self, out):
         self.out_types = outtypes.skeleton(out)  # namedtuples, ModelOutput: rebuilt around each call's values
@@ -225,7 +273,8 @@ class _Trace:
         dyn = _resolved_spec({k: inputs[k] for k in bound}, symbols, all_checks)
         return ExportedProgram(graph=self.graph, signature=SignatureSpec(params), inputs=inputs, symbols=symbols,
                                checks=all_checks, state=state, dynamic_shapes=dyn, name=name,
-                               data_ranges=self._data_ranges(), out_types=getattr(self, "out_types", None))
+                               data_ranges=self._data_ranges(), out_types=getattr(self, "out_types", None),
+                               global_spec=self._global_spec())
 
     def _data_ranges(self) -> dict:
         """The bounds of the data-dependent values the graph reads (`nonzero`'s count in [0, numel]),
@@ -257,12 +306,9 @@ class _Trace:
         return expr
 
     def _lift_state(self, module) -> dict:
-        """Tensors the trace captured become the program's state, named like the module's."""
-        names: dict[int, str] = {}
-        if module is not None:
-            for n, t in itertools.chain(module.named_parameters(remove_duplicate=False),
-                                        module.named_buffers(remove_duplicate=False)):
-                names.setdefault(id(t), n)
+        """Tensors the trace captured become the program's state, named like the module's (by the
+        names they had before the trace)."""
+        names = self.state_names if module is not None else {}
         state: dict[str, torch.Tensor] = {}
         k = itertools.count()
         for node in self.graph.nodes:
@@ -318,7 +364,11 @@ class _Trace:
             for i, size in enumerate(v.shape):
                 s = sites.get((key, i))
                 dims.append(_num(self.sub(s.expr)) if s is not None and s.expr is not None else int(size))
-            return TensorSpec(v.dtype, tuple(dims), v.is_contiguous() if self.tracer.strides_observed else None)
+            tracer = self.tracer
+            facts = {attr: value for (src, attr), value in tracer.input_facts.items() if src == source_of(key)}
+            return TensorSpec(v.dtype, tuple(dims), _strides(v, dims) if tracer.strides_observed else None,
+                              v.storage_offset() if tracer.offsets_observed else None,
+                              v.requires_grad if self.autograd_reads.where is not None else None, facts or None)
         if isinstance(v, (tuple, list)):
             return SeqSpec(type(v), [self._input_spec(x, key + (i,)) for i, x in enumerate(v)])
         if isinstance(v, dict):
@@ -345,6 +395,35 @@ class _Trace:
             kind = "size" if s.is_nonnegative else "int"
             out[s] = SymbolInfo(lo, hi, kind, names.get(s))
         return out
+
+
+def _state_names(module) -> dict[int, str]:
+    """id(parameter or buffer) -> its name in the module."""
+    names: dict[int, str] = {}
+    if module is not None:
+        for n, t in itertools.chain(module.named_parameters(remove_duplicate=False),
+                                    module.named_buffers(remove_duplicate=False)):
+            names.setdefault(id(t), n)
+    return names
+
+
+def _strides(t: torch.Tensor, dims: list):
+    """The strides the trace assumed for an input, as the program checks them: "canonical" for
+    torch.empty's layout; for a dense layout in another dim order (a transposed example) each stride
+    as the product of the sizes of the dims inside it, which is what the trace computed; otherwise
+    the example's own (the trace specialized the sizes of a layout that is not dense)."""
+    example = tuple(t.stride())
+    if t.is_contiguous() and example == canonical_strides(tuple(t.shape)):
+        return "canonical"
+    order = sorted(range(t.dim()), key=lambda i: example[i])
+    out, concrete = [0] * t.dim(), [0] * t.dim()
+    acc, acc_n = sympy.Integer(1), 1
+    for i in order:
+        out[i], concrete[i] = acc, acc_n
+        acc, acc_n = acc * dims[i], acc_n * t.shape[i]
+    if tuple(concrete) == example:
+        return tuple(_num(e) for e in out)
+    return example
 
 
 def _num(e):

@@ -1,8 +1,11 @@
 """ExportedProgram: one graph, its input contract, and its own state.
 
-Calling it checks the inputs first (structure, dtypes, ranks, static sizes,
-the sizes that share a symbol or are derived from one, the symbols' ranges,
-and the guards no range expresses), then runs the generated code:
+Calling it checks the inputs first (structure, dict key order, dtypes, ranks,
+static sizes, the sizes that share a symbol or are derived from one, the
+symbols' ranges, the guards no range expresses, constants bit for bit, and what
+the trace read beyond shapes: strides, storage offsets, requires_grad, the grad
+mode, the default dtype, torch's flags), then runs the generated code under the
+caller's grad mode:
 
     Expected input at args[1].shape[0] to be equal to 6, but got 5
     Expected input at args[0].shape[0] to be <= 12, but got 14
@@ -13,14 +16,19 @@ passed to the generated code at each call as `L['<state>']`.
 """
 from __future__ import annotations
 
+import ast
 import inspect
+import logging
 import math
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, field
 
 import sympy
 import torch
 
 from ..ir.codegen import compile_graph
+from ..tracing.global_state import FLAG_GETTERS
+from ..tracing.meta.common import canonical_strides
 from ..tracing.speculate import SideExit
 from ..ir.graph import Graph
 from ..symbolic.printer import pyexpr
@@ -36,7 +44,12 @@ STATE = "<state>"  # the argument name under which the program reads its state (
 class TensorSpec:
     dtype: torch.dtype
     dims: tuple  # per dim: an int (static) or a sympy expression of the program's symbols
-    contiguous: bool | None = None  # checked when the program read strides or contiguity
+    # checked when the program read strides or contiguity: "canonical" (torch.empty's for the shape), or
+    # per dim an int or an expression of the symbols (a transposed example's); None: any layout
+    strides: tuple | str | None = None
+    storage_offset: int | None = None  # checked when the program read a storage offset
+    requires_grad: bool | None = None  # checked when the program read autograd state (x.requires_grad)
+    facts: dict | None = None  # other properties of the caller's tensor the trace read (`is_leaf`): checked
 
 
 @dataclass
@@ -79,6 +92,53 @@ class Check:
 
 
 @dataclass
+class GlobalSpec:
+    """The global state the trace read, checked before each call (the caller's may differ)."""
+
+    default_dtype: torch.dtype  # decides factories' and Python scalars' dtypes: always checked
+    grad_enabled: bool | None = None  # checked where the trace read the grad mode; None: the caller's mode
+    grad_read_at: str | None = None  # the user's line that read it, for messages
+    flags: dict = field(default_factory=dict)  # "torch.get_...()" -> value the trace read (tracer.flag_reads)
+
+    def check(self) -> None:
+        """Raise a RuntimeError that names the setting, when the caller's differs from the trace's."""
+        now = torch.get_default_dtype()
+        if now != self.default_dtype:
+            raise input_error(f"the exported program was traced with torch.get_default_dtype() == "
+                              f"{self.default_dtype}, but it is {now} now. Call it with torch.set_default_dtype("
+                              f"{self.default_dtype}) in effect, or export it again under the default dtype you "
+                              f"call it with.")
+        if self.grad_enabled is not None and torch.is_grad_enabled() is not self.grad_enabled:
+            on, off = ("on", "off") if self.grad_enabled else ("off", "on")
+            at = f" at {self.grad_read_at}" if self.grad_read_at else ""
+            raise input_error(f"the exported program was traced with grad mode {on} and reads it{at} (the mode, or "
+                              f"whether tensors require grad), but grad mode is {off} now. Call it with grad mode {on} "
+                              f"(`with torch.{'enable_grad' if self.grad_enabled else 'no_grad'}():`), or export "
+                              f"it again with grad mode {off}.")
+        for text, value in self.flags.items():
+            got = flag_getter(text)()
+            if got != value or type(got) is not type(value):
+                raise input_error(f"the exported program read {text} == {value!r} while tracing, but it is {got!r} "
+                                  f"now. Call it with the setting it was exported with, or export it again.")
+
+
+_FLAG = re.compile(r"torch\.([a-z_0-9]+)\(\)|logging\.getLogger\(('(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\")\)"
+                   r"\.isEnabledFor\((\d+)\)")
+
+
+def flag_getter(text: str):
+    """The function that reads a flag the trace read, from its text (`torch.get_default_device()`,
+    `logging.getLogger('app').isEnabledFor(10)`); None when the text names none we know."""
+    m = _FLAG.fullmatch(text)
+    if m is None:
+        return None
+    if m.group(1) is not None:
+        return getattr(torch, m.group(1)) if m.group(1) in FLAG_GETTERS and hasattr(torch, m.group(1)) else None
+    name, level = ast.literal_eval(m.group(2)), int(m.group(3))
+    return lambda: logging.getLogger(name).isEnabledFor(level)
+
+
+@dataclass
 class SignatureSpec:
     params: list  # (name, inspect kind as int, has_default, default)
 
@@ -107,7 +167,7 @@ class ExportedProgram:
 
     def __init__(self, *, graph: Graph, signature: SignatureSpec, inputs: dict, symbols: dict,
                  checks: list, state: dict, dynamic_shapes=None, name: str = "forward",
-                 data_ranges: dict | None = None, out_types=None):
+                 data_ranges: dict | None = None, out_types=None, global_spec: GlobalSpec | None = None):
         self.graph = graph
         self.signature_spec = signature
         self.signature = signature.signature()
@@ -119,6 +179,8 @@ class ExportedProgram:
         self.name = name
         self.data_ranges = dict(data_ranges or {})  # unbacked symbol name -> (min, max): bounds of data
         self.out_types = out_types  # outtypes.skeleton of what the module returned: None when all plain
+        # the grad mode, default dtype and flags the trace read (None: a program made without them: unchecked)
+        self.global_spec = global_spec
         self._fn = compile_graph(graph)
         self._by_name = {str(s): s for s in symbols}
         self._check_fns = [_compile_condition(c.expr) for c in checks]
@@ -201,7 +263,30 @@ class ExportedProgram:
         for name, spec in self.inputs.items():
             v.walk(spec, L.get(name), (name,))
         v.finish()
+        if self.global_spec is not None:
+            self.global_spec.check()
         return v.values
+
+
+def same_constant(value, want) -> bool:
+    """Whether a constant argument is the one the program specialized on: the same type and value,
+    floats bit for bit (-0.0 is not 0.0: `x / s` gives -inf for one, inf for the other; a NaN is
+    the same NaN), None and bools by identity."""
+    if want is None or isinstance(want, bool):
+        return value is want
+    if type(value) is not type(want):
+        return False
+    if isinstance(want, float):
+        return _same_float(value, want)
+    if isinstance(want, complex):
+        return _same_float(value.real, want.real) and _same_float(value.imag, want.imag)
+    return value == want
+
+
+def _same_float(a: float, b: float) -> bool:
+    if a != a or b != b:  # NaN: any NaN computes as any other
+        return a != a and b != b
+    return a == b and math.copysign(1.0, a) == math.copysign(1.0, b)
 
 
 def _compile_value(expr):
@@ -246,6 +331,7 @@ class _Validator:
         self.values: dict[str, int] = {}  # symbol name -> value
         self.where: dict[str, _Where] = {}  # symbol name -> the input size it was read from
         self.deferred: list[tuple] = []
+        self.layouts: list[tuple] = []  # (strides spec, tensor, where): checked once every symbol is known
 
     @property
     def paths(self) -> ArgPaths:
@@ -265,20 +351,16 @@ class _Validator:
                                   f"{len(spec.dims)}, but got {value.dim()}")
             for i, d in enumerate(spec.dims):
                 self.dim(d, int(value.shape[i]), where.shape(i))
-            if spec.contiguous is not None and value.is_contiguous() != spec.contiguous:
-                want = "contiguous" if spec.contiguous else "non-contiguous"
-                raise input_error(f"Expected input at {where} to be {want} like the example (the program reads "
-                                  f"its strides), but got {'a non-' if spec.contiguous else 'a '}contiguous tensor")
+            self.tensor_state(spec, value, where)
         elif isinstance(spec, SymIntSpec):
             if not isinstance(value, int) or isinstance(value, bool):
                 raise input_error(f"Expected input at {where} to be an int, but got {type(value).__name__}")
             self.dim(spec.expr, value, where)
         elif isinstance(spec, ConstSpec):
-            want = spec.value
-            same = value is want if want is None or isinstance(want, bool) else (
-                type(value) is type(want) and value == want)
-            if not same:
-                raise input_error(f"Expected input at {where} to be equal to {want!r}, but got {value!r}")
+            if not same_constant(value, spec.value):
+                zero = isinstance(spec.value, float) and spec.value == 0 and value == 0  # 0.0 vs -0.0
+                why = ". The program specialized on its value, and the sign of a zero changes results" if zero else ""
+                raise input_error(f"Expected input at {where} to be equal to {spec.value!r}, but got {value!r}{why}")
         elif isinstance(spec, SeqSpec):
             if type(value) is not spec.type or len(value) != len(spec.items):
                 got = f"{type(value).__name__}" + (f" of {len(value)} items" if isinstance(value, (tuple, list))
@@ -288,14 +370,59 @@ class _Validator:
             for i, (s, x) in enumerate(zip(spec.items, value)):
                 self.walk(s, x, key + (i,))
         elif isinstance(spec, DictSpec):
-            if not isinstance(value, dict) or set(value) != set(spec.items):
-                got = f"keys [{', '.join(map(repr, value))}]" if isinstance(value, dict) else type(value).__name__
-                raise input_error(f"Expected input at {where} to be a dict with keys "
-                                  f"[{', '.join(map(repr, spec.items))}], but got {got}")
+            self.dict_keys(spec, value, key, where)
             for k, s in spec.items.items():
                 self.walk(s, value[k], key + (k,))
         else:
             raise AssertionError(f"unknown input spec {spec!r}")
+
+    def dict_keys(self, spec: DictSpec, value, key, where) -> None:
+        """The same keys in the same order: the program iterates a dict (or **kwargs) in the example's
+        order, which is the order eager would iterate this one in only when it is the same."""
+        want = list(spec.items)
+        if isinstance(value, dict) and list(value) == want:
+            return
+        keys = ", ".join(map(repr, want))
+        got = f"keys [{', '.join(map(repr, value))}]" if isinstance(value, dict) else type(value).__name__
+        if not isinstance(value, dict) or set(value) != set(want):
+            raise input_error(f"Expected input at {where} to be a dict with keys [{keys}], but got {got}")
+        what = "the keyword arguments" if len(key) == 1 and key[0] == self.paths.var_kw else f"input at {where}"
+        raise input_error(f"Expected {what} in the order of the example, [{keys}] (the program iterates them in that "
+                          f"order), but got {got}. Pass them in the example's order.")
+
+    def tensor_state(self, spec: TensorSpec, value: torch.Tensor, where) -> None:
+        """What the trace read of a tensor besides dtype and shape: its layout (the strides are checked
+        in `finish`, once the symbols are known), storage offset, requires_grad and other properties."""
+        if spec.strides is not None:
+            self.layouts.append((spec.strides, value, where))
+        if spec.storage_offset is not None and value.storage_offset() != spec.storage_offset:
+            raise input_error(f"Expected input at {where}.storage_offset() to be {spec.storage_offset} like the "
+                              f"example (the program reads it), but got {value.storage_offset()}. Pass a copy "
+                              f"(x.clone()) or export with an example laid out like the inputs.")
+        if spec.requires_grad is not None and value.requires_grad is not spec.requires_grad:
+            raise input_error(f"Expected input at {where}.requires_grad to be {spec.requires_grad} like the example "
+                              f"(the program reads autograd state), but got {value.requires_grad}. "
+                              + ("Pass x.detach(), or export" if value.requires_grad else "Export")
+                              + f" with an example whose requires_grad is {value.requires_grad}.")
+        for attr, want in (spec.facts or {}).items():
+            got = getattr(value, attr)
+            got = got() if callable(got) else got
+            if got != want or type(got) is not type(want):
+                raise input_error(f"Expected input at {where}.{attr} to be {want!r} like the example (the program "
+                                  f"reads it), but got {got!r}. Export with an example like this input.")
+
+    def check_layouts(self) -> None:
+        for strides, value, where in self.layouts:
+            got = tuple(value.stride())
+            if strides == "canonical":
+                want = canonical_strides(tuple(value.shape))
+            else:
+                want = tuple(d if isinstance(d, int) else self.ep._plan(d)[2](self.values) for d in strides)
+            if got != want:
+                kind = "contiguous like the example, " if strides == "canonical" else ""
+                raise input_error(f"Expected input at {where}.stride() to be {want} ({kind}the program reads strides), "
+                                  f"but got {got}. Pass x.contiguous() or a tensor laid out like the example, or "
+                                  f"export with an example laid out like this input.")
 
     # ------------------------------------------------------------ sizes
     def dim(self, d, actual: int, where: str) -> None:
@@ -353,6 +480,7 @@ class _Validator:
             d, actual, where = self.deferred[0]
             raise input_error(f"cannot check input at {where} = {actual} against {d}: its symbols are not "
                               f"determined by the other inputs")
+        self.check_layouts()
         for check, fn in zip(self.ep.checks, self.ep._check_fns):
             if not all(s.name in self.values for s in check.expr.free_symbols):
                 continue
@@ -394,4 +522,4 @@ class ExportedModule(torch.nn.Module):
 
 
 __all__ = ["ExportedProgram", "ExportedModule", "TensorSpec", "SymIntSpec", "ConstSpec", "SeqSpec", "DictSpec",
-           "SymbolInfo", "Check", "SignatureSpec", "STATE"]
+           "SymbolInfo", "Check", "SignatureSpec", "GlobalSpec", "STATE", "flag_getter", "same_constant"]

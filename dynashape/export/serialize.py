@@ -31,15 +31,18 @@ from .allowlist import LoadError, SaveError, make_symbols, parse_expr, resolve_t
 from . import outtypes
 from .codec import Decoder, Encoder, as_int, as_list, as_obj, as_str, torch_attr, want
 from .dims import DerivedDim, Dim, DimHint
-from .program import (STATE, Check, ConstSpec, DictSpec, ExportedProgram, SeqSpec, SignatureSpec, SymbolInfo,
-                      SymIntSpec, TensorSpec)
+from .program import (STATE, Check, ConstSpec, DictSpec, ExportedProgram, GlobalSpec, SeqSpec, SignatureSpec,
+                      SymbolInfo, SymIntSpec, TensorSpec, flag_getter)
 
 FORMAT = "dynashape.ExportedProgram"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: layouts, requires_grad, grad mode, default dtype and flags checked (1 lacks them)
 _PROGRAM, _STATE = "program.json", "state.pt"
 MAX_PROGRAM_BYTES = 8 << 20  # program.json: ~20k graph nodes; parsed JSON may take ~20x its size in memory
 MAX_PROGRAM_CONTAINERS = 1 << 20  # ~60 MB parsed; a graph node uses about ten
 MAX_COMPRESSED_STATE_BYTES = 64 << 20  # state.pt as save writes it is stored, bounded by the file size itself
+# the properties of a caller's tensor a program may check (tracing/tensor_attrs.py reads them as input facts)
+_FACTS = frozenset({"is_leaf", "output_nr", "retains_grad", "_is_view", "is_inference", "is_conj", "is_neg",
+                    "is_pinned", "is_shared", "grad_dtype", "name", "names"})
 
 
 # ============================================================================ saving
@@ -62,12 +65,39 @@ def save(ep: ExportedProgram, path) -> None:
     doc["out_types"] = outtypes.encode(ep.out_types)
     doc["parameters"] = {k: bool(t.requires_grad) for k, t in ep.state_dict.items()
                          if isinstance(t, torch.nn.Parameter)}
+    doc["globals"] = _enc_globals(enc, ep)
     doc["symbols"] = enc.symbols
     buf = io.BytesIO()
     torch.save({k: t.detach() for k, t in ep.state_dict.items()}, buf)
     with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED) as z:
         z.writestr(_PROGRAM, json.dumps(doc, separators=(",", ":"), allow_nan=False))
         z.writestr(_STATE, buf.getvalue(), compress_type=zipfile.ZIP_STORED)
+
+
+def _enc_globals(enc: Encoder, ep: ExportedProgram) -> dict:
+    """The global state the program checks, and the grad mode its code starts from."""
+    g = ep.global_spec
+    if g is None:
+        raise SaveError("the program records no global state to check (it was not made by ds.export)")
+    return {"default_dtype": str(g.default_dtype).replace("torch.", ""), "grad_enabled": g.grad_enabled,
+            "grad_read_at": g.grad_read_at, "flags": [[k, enc.value(v, k)] for k, v in g.flags.items()],
+            "entry_grad": ep.graph.entry_grad, "exit_grad": ep.graph.exit_grad}
+
+
+def _dec_globals(dec: Decoder, j, graph: Graph) -> GlobalSpec:
+    j = as_obj(j, "globals")
+    flags = {}
+    for kv in as_list(j.get("flags", []), "flags"):
+        want(isinstance(kv, list) and len(kv) == 2 and isinstance(kv[0], str), "bad flag")
+        want(flag_getter(kv[0]) is not None, f"the program checks an unknown setting {kv[0]!r:.80}")
+        flags[kv[0]] = dec.value(kv[1], "a flag")
+    for k in ("grad_enabled", "entry_grad", "exit_grad"):
+        want(j.get(k) is None or isinstance(j.get(k), bool), f"bad {k}")
+    at = j.get("grad_read_at")
+    want(at is None or isinstance(at, str), "bad grad_read_at")
+    graph.entry_grad, graph.exit_grad = j.get("entry_grad"), j.get("exit_grad")
+    return GlobalSpec(torch_attr(j.get("default_dtype"), torch.dtype, "the default dtype"), j.get("grad_enabled"),
+                      at and at[:300], flags)
 
 
 def _enc_bound(v):
@@ -89,8 +119,18 @@ def _enc_loc(loc: Location | None):
 
 def _enc_input(enc: Encoder, spec, where):
     if isinstance(spec, TensorSpec):
-        return {"tensor": {"dtype": str(spec.dtype).replace("torch.", ""), "contiguous": spec.contiguous,
-                           "dims": [d if isinstance(d, int) else enc.expr(d) for d in spec.dims]}}
+        j = {"dtype": str(spec.dtype).replace("torch.", ""),
+             "dims": [d if isinstance(d, int) else enc.expr(d) for d in spec.dims]}
+        if spec.strides is not None:
+            j["strides"] = spec.strides if isinstance(spec.strides, str) else \
+                [d if isinstance(d, int) else enc.expr(d) for d in spec.strides]
+        if spec.storage_offset is not None:
+            j["storage_offset"] = spec.storage_offset
+        if spec.requires_grad is not None:
+            j["requires_grad"] = spec.requires_grad
+        if spec.facts:
+            j["facts"] = [[k, enc.value(v, f"the input {where}")] for k, v in spec.facts.items()]
+        return {"tensor": j}
     if isinstance(spec, SymIntSpec):
         return {"symint": enc.expr(spec.expr)}
     if isinstance(spec, ConstSpec):
@@ -186,6 +226,10 @@ def _load(path) -> ExportedProgram:
         fmt, version = doc.get("format"), doc.get("version")
         if fmt != FORMAT:
             raise LoadError(f"it is not a dynashape exported program (format {fmt!r:.60})")
+        if version == 1:
+            raise LoadError("it was written in format version 1, by a dynashape whose programs did not check "
+                            "the inputs' layouts, requires_grad and the grad mode; export the program again "
+                            "and save it")
         if version != FORMAT_VERSION:
             raise LoadError(f"it was written in format version {version!r:.20}; this dynashape reads version "
                             f"{FORMAT_VERSION}")
@@ -219,10 +263,11 @@ def _load(path) -> ExportedProgram:
         raise LoadError(f"the graph is inconsistent: {e}") from None
     dyn = _dec_spec(doc.get("dynamic_shapes"), {})
     name = as_str(doc.get("name", "forward"), "name")
+    global_spec = _dec_globals(dec, doc.get("globals"), graph)
     return ExportedProgram(graph=graph, signature=SignatureSpec(params), inputs=inputs, symbols=ranges,
                            checks=checks, state=state, dynamic_shapes=dyn, name=name,
                            data_ranges=_dec_data_ranges(doc.get("data_ranges")),
-                           out_types=outtypes.decode(doc.get("out_types")))
+                           out_types=outtypes.decode(doc.get("out_types")), global_spec=global_spec)
 
 
 def _read_member(z: zipfile.ZipFile, name: str, cap: int) -> bytes:
@@ -324,9 +369,20 @@ def _dec_input(dec: Decoder, j):
         t = as_obj(j["tensor"], "a tensor input")
         dims = tuple(d if isinstance(d, int) and not isinstance(d, bool) else dec.expr(d)
                      for d in as_list(t.get("dims"), "dims"))
-        contiguous = t.get("contiguous")
-        want(contiguous in (None, True, False), "a tensor input: bad contiguity")
-        return TensorSpec(torch_attr(t.get("dtype"), torch.dtype, "a tensor input"), dims, contiguous)
+        strides = t.get("strides")
+        if strides is not None and strides != "canonical":
+            want(isinstance(strides, list) and len(strides) == len(dims), "a tensor input: bad strides")
+            strides = tuple(d if isinstance(d, int) and not isinstance(d, bool) else dec.expr(d) for d in strides)
+        offset, rg = t.get("storage_offset"), t.get("requires_grad")
+        want(offset is None or isinstance(offset, int) and not isinstance(offset, bool) and offset >= 0,
+             "a tensor input: bad storage offset")
+        want(rg is None or isinstance(rg, bool), "a tensor input: bad requires_grad")
+        facts = {}
+        for kv in as_list(t.get("facts", []), "facts"):
+            want(isinstance(kv, list) and len(kv) == 2 and kv[0] in _FACTS, "a tensor input: bad fact")
+            facts[kv[0]] = dec.value(kv[1], "a fact")
+        return TensorSpec(torch_attr(t.get("dtype"), torch.dtype, "a tensor input"), dims, strides, offset, rg,
+                          facts or None)
     if "symint" in j:
         return SymIntSpec(dec.expr(j["symint"]))
     if "const" in j:

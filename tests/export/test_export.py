@@ -491,11 +491,15 @@ def test_export_traces_with_is_compiling_and_is_exporting_true_as_torch_export()
     class M(torch.nn.Module):
         def forward(self, x):
             seen.append((torch.compiler.is_compiling(), torch.compiler.is_exporting()))
-            return x * 2
+            return x * (2 if torch.compiler.is_compiling() and torch.compiler.is_exporting() else 3)
 
     torch.export.export(M(), (torch.randn(3),))
-    ds.export(M(), (torch.randn(3),))
-    assert seen[-1] == seen[0] == (True, True)
+    assert seen == [(True, True)]
+    x = torch.randn(3)
+    with pytest.warns(UserWarning, match="seen; the exported program does not make such changes"):
+        ep = ds.export(M(), (x,))
+    torch.testing.assert_close(ep(x), x * 2)
+    assert seen == [(True, True)]  # the trace's append was undone
     assert (torch.compiler.is_compiling(), torch.compiler.is_exporting()) == (False, False)
     cf = ds.compile(M())
     cf(torch.randn(3))
