@@ -10,7 +10,8 @@ from . import backends as _backends  # noqa: F401  (registers the backends)
 from .fleet import pgo
 from .fleet.collectives import CompilerCollectiveError
 from .runtime.annotations import mark_dynamic, mark_static, mark_unbacked, maybe_mark_dynamic
-from .runtime.compile import CompiledFunction, CompiledModule, compile, reset
+from .runtime.compile import CompiledFunction, reset
+from .runtime.compiled_module import CompiledModule, compile
 from .runtime.explain import explain
 from .runtime.stance import set_stance
 from .runtime.config import config

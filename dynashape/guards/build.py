@@ -300,6 +300,7 @@ def _module_guards(modules, member_checks, state_guard, symbolic_attributes, con
     owners = list({id(m): m for m in [m for _, m in modules] + walked}.values())
     same = dicts is not None and [id(m) for m in owners] == [id(m) for _, m in modules]  # (then its hook dicts)
     watched = module_epoch.state_dicts(owners, dicts if same else None)
+    watched += tuple(getattr(state_guard, "class_dicts", ()))  # user classes' (runtime/pystate_classes.py)
     tensors = tuple(getattr(state_guard, "tensors", ())) if state_guard is not None else ()
     if tensors:  # the parameters' and buffers' own attributes (runtime/pystate_classes.py)
         watched += tuple(t.__dict__ for t in tensors)

@@ -50,6 +50,7 @@ typedef struct {
     PyObject *dicts;    /* tuple of dicts (an OrderedDict's reordering alone moves no tag) */
     PyObject *owners;   /* tuple of objects whose __dict__ must still be the dict given with them */
     PyObject *owned;    /* those dicts */
+    PyObject *types;    /* the owners' classes (`m.__class__ = Other` writes no dict either) */
     uint64_t *tags;     /* the dicts' tags at the last commit */
     Py_ssize_t n;
     int valid;          /* a commit was made */
@@ -93,10 +94,18 @@ static PyObject *watch_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
             return NULL;
         }
     }
+    PyObject *types = PyTuple_New(PyTuple_GET_SIZE(owners));
+    if (types == NULL) { Py_DECREF(owners); Py_DECREF(owned); return NULL; }
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(owners); i++) {
+        PyObject *t = (PyObject *)Py_TYPE(PyTuple_GET_ITEM(owners, i));
+        Py_INCREF(t);
+        PyTuple_SET_ITEM(types, i, t);
+    }
     Watch *self = (Watch *)type->tp_alloc(type, 0);
-    if (self == NULL) { Py_DECREF(owners); Py_DECREF(owned); return NULL; }
+    if (self == NULL) { Py_DECREF(owners); Py_DECREF(owned); Py_DECREF(types); return NULL; }
     self->owners = owners;
     self->owned = owned;
+    self->types = types;
     self->tags = (uint64_t *)PyMem_Calloc(n ? n : 1, sizeof(uint64_t));
     if (self->tags == NULL) { Py_DECREF(self); return PyErr_NoMemory(); }
     Py_INCREF(dicts);
@@ -110,6 +119,7 @@ static int watch_traverse(Watch *self, visitproc visit, void *arg) {
     Py_VISIT(self->dicts);
     Py_VISIT(self->owners);
     Py_VISIT(self->owned);
+    Py_VISIT(self->types);
     return 0;
 }
 
@@ -117,6 +127,7 @@ static int watch_clear(Watch *self) {
     Py_CLEAR(self->dicts);
     Py_CLEAR(self->owners);
     Py_CLEAR(self->owned);
+    Py_CLEAR(self->types);
     self->n = 0;
     self->valid = 0;
     return 0;
@@ -130,7 +141,7 @@ static void watch_dealloc(Watch *self) {
 }
 
 /* w() -> True when no dict changed since the last commit and every owner still has its dict
-   (`m.__dict__ = {...}` writes none of the watched dicts) */
+   (`m.__dict__ = {...}` writes none of the watched dicts) and its class */
 static PyObject *watch_call(Watch *self, PyObject *args, PyObject *kw) {
     if (!self->valid || self->dicts == NULL) Py_RETURN_FALSE;
     for (Py_ssize_t i = 0; i < self->n; i++) {
@@ -139,6 +150,8 @@ static PyObject *watch_call(Watch *self, PyObject *args, PyObject *kw) {
     for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(self->owners); i++) {
         PyObject **slot = _PyObject_GetDictPtr(PyTuple_GET_ITEM(self->owners, i));
         if (slot == NULL || *slot != PyTuple_GET_ITEM(self->owned, i)) Py_RETURN_FALSE;
+        if ((PyObject *)Py_TYPE(PyTuple_GET_ITEM(self->owners, i)) != PyTuple_GET_ITEM(self->types, i))
+            Py_RETURN_FALSE;
     }
     Py_RETURN_TRUE;
 }
@@ -182,7 +195,7 @@ static PyTypeObject WatchType = {
     .tp_basicsize = sizeof(Watch),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
     .tp_doc = "Watch(dicts, owners=(), owned=()): w() is True while no dict changed since the last commit "
-              "and owners[i].__dict__ is owned[i]",
+              "and owners[i].__dict__ is owned[i], owners[i] of the class it had",
     .tp_new = watch_new,
     .tp_dealloc = (destructor)watch_dealloc,
     .tp_traverse = (traverseproc)watch_traverse,

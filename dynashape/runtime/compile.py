@@ -15,6 +15,7 @@ import linecache
 import logging
 import os
 import re
+import threading
 import types
 import warnings
 import weakref
@@ -24,7 +25,6 @@ import torch
 
 from ..guards import native as _native
 from ..guards.build import GuardSet, build_guards
-from ..guards.module_epoch import epoch as _module_epoch, hook_dicts
 from ..ir.graph import Graph
 from ..symbolic.errors import DataDependentError, DynashapeError
 from ..symbolic import tracehook as _th
@@ -40,7 +40,6 @@ from ..tracing.meta_cache import modes_now
 from .config import config
 from .config import COLLECTIVES_ON as _COLLECTIVES_ON
 from .registry import FLEET as _fleet
-from . import wrappers as _wrappers
 from . import stance as _stance
 from .errors import RecompileError
 from .annotations import _ATTR as _MARKS
@@ -49,7 +48,7 @@ from .pystate import PyState, Runner
 from .dispatch import widen_for
 from ..tracing.nondeterministic import RngStates
 from ..tracing.pyenv import trace_environment
-from .policy import make_policy
+from .policy import make_policy, static_for
 from .code_info import _attr_chains, _global_names, _shared_cache
 from .outer import Outer, is_object
 from .registry import ENTRY_WRAPPERS, get_backend
@@ -120,6 +119,33 @@ class Entry:
         return f"<Entry {kind}: {len(self.guards)} guards>"
 
 
+class _Compiling:
+    """The lock of traces (re-entrant: a trace may compile another function). A compiled call on another
+    thread while one runs waits for it: the trace's stand-ins (a module's symbolic float, a cache's) sit in
+    the objects both read. (Plain eager code of other threads can still see them meanwhile.)"""
+
+    def __init__(self):
+        self._lock = threading.RLock()
+        self._owner = None
+        self._depth = 0
+
+    def __enter__(self):
+        self._lock.acquire()
+        self._owner = threading.get_ident()
+        self._depth += 1
+
+    def __exit__(self, *exc):
+        self._depth -= 1
+        if not self._depth:
+            self._owner = None
+        self._lock.release()
+
+    def locked_by_me(self) -> bool:
+        return self._owner == threading.get_ident()
+
+
+_COMPILING = _Compiling()
+_NO_CODE = types.SimpleNamespace(__code__=None)  # (a callable without Python code: never replaced)
 _EAGER_KEYS = 4096
 
 
@@ -155,6 +181,9 @@ class CompiledFunction:
         # positional arguments, all given: L built by one dict display (half of dict(zip(...)))
         self._arity = len(self._names) if self._simple else -1
         self._to_L = eval("lambda a: {" + ", ".join(f"{n!r}: a[{i}]" for i, n in enumerate(self._names)) + "}")
+        # `f.__code__ = new` (IPython's autoreload, a patch) runs the new code in eager: checked each call
+        self._code_of = code_fn if isinstance(getattr(code_fn, "__code__", None), types.CodeType) else _NO_CODE
+        self._code = self._code_of.__code__
         self._globals = getattr(code_fn, "__globals__", {})
         self._closure = getattr(code_fn, "__closure__", None) or ()
         self._freevars = getattr(getattr(code_fn, "__code__", None), "co_freevars", ())
@@ -176,6 +205,7 @@ class CompiledFunction:
         self._ran_eagerly = False  # eager_then_compile: the first call has run
         self._not_traceable = _not_traceable(code_fn)  # (reason, location, advice): every call runs eagerly
         self._said_why: set = set()  # the reasons of eager runs already in stats.graph_breaks
+        self._current = None  # a compiled module's forward: () -> the compiled function `m(...)` runs now
         functools.update_wrapper(self, fn)
         _ALL.add(self)
 
@@ -190,6 +220,8 @@ class CompiledFunction:
         return CompiledFunction(self._orig, bound_module=copy.deepcopy(self._module, memo), **self._opts)
 
     def __reduce__(self):
+        if self._module is not None:  # `m.forward = ds.compile(m.forward)`: the function and its object travel
+            return _rebuild_bound, (self._orig, self._module, self._opts)
         return self.__qualname__  # pickled by name, as functions are: `@ds.compile def f` at module level
 
     def __get__(self, obj, objtype=None):
@@ -212,10 +244,18 @@ class CompiledFunction:
         return out  # since ds.compile read the signature: the defaults eager's call gets)
 
     def __call__(self, *args, **kwargs):
+        if self._code_of.__code__ is not self._code:
+            self._recode()
         if self._module is not None:
             args = (self._module, *args)
         stance = _stance._current[0] if not self.internal else "default"
-        if stance == "force_eager" or _TRACING[0] and _tracing_state.is_tracing():  # inside a trace: inline it
+        if _TRACING[0]:
+            if _tracing_state.is_tracing():  # inside a trace: inline it
+                return self._fn(*args, **kwargs)
+            if not _COMPILING.locked_by_me():  # another thread traces: the objects it reads hold its
+                with _COMPILING:  # stand-ins until it ends
+                    return self(*(args[1:] if self._module is not None else args), **kwargs)
+        if stance == "force_eager":
             return self._fn(*args, **kwargs)
         if self._fell_back and not kwargs:  # past the limit: sizes seen to miss every entry run eagerly at once
             key = _eager_key(args)
@@ -250,7 +290,19 @@ class CompiledFunction:
             return self._fn(*args, **kwargs)
         return self._miss(L, args, kwargs, stance)
 
+    def _recode(self) -> None:
+        """The function's code was replaced: compile the new code, in the cache of its own code object."""
+        stats, current = self.stats, self._current
+        self.__init__(self._orig, bound_module=self._module, **self._opts)
+        self.stats, self._current = stats, current
+        stats.add_reasons([f"the code of {getattr(self._orig, '__qualname__', 'the function')} was replaced "
+                           "(its __code__ was set)"])
+
     def _miss(self, L, args, kwargs, stance="default", other_rank=False):
+        if self._current is not None:  # a module's forward: is it still what `m(...)` calls?
+            now = self._current()
+            if now is not self:
+                return now(*args[1:], **kwargs)
         if self._not_traceable is not None:
             return self._run_untraceable(args, kwargs)
         if torch._C._is_torch_function_mode_enabled():
@@ -351,6 +403,10 @@ class CompiledFunction:
         return self._compile_and_run(L, args, kwargs, merge_into=e)
 
     def _compile_and_run(self, L, args, kwargs, merge_into=None):
+        with _COMPILING:  # one trace at a time: a trace puts its stand-ins in the user's objects
+            return self._compile_and_run_locked(L, args, kwargs, merge_into)
+
+    def _compile_and_run_locked(self, L, args, kwargs, merge_into=None):
         if _th.on: _th.emit("compile_start", self, L)  # noqa: E701
         _fleet.seed(self, L)  # what varied in earlier runs (the PGO profile) is dynamic from the start
         if not self.rank_local:
@@ -360,7 +416,7 @@ class CompiledFunction:
         graph = Graph()
         graph.namespace.update(G=self._globals, C=self._closure)
         why_dynamic: dict = {}
-        policy = make_policy(self.dynamic, self.frame_state, L, why_dynamic)
+        policy = static_for(make_policy(self.dynamic, self.frame_state, L, why_dynamic), self._omitted(args, kwargs))
         tracer = Tracer(env, graph, policy, capture_scalar_outputs=config.capture_scalar_outputs,
                         capture_dynamic_output_shape_ops=config.capture_dynamic_output_shape_ops)
         if config.speculate_data_branches and (not self.fullgraph or config.speculate_under_fullgraph):
@@ -487,6 +543,16 @@ class CompiledFunction:
             entry.tree.closed = f"a traced path did not reproduce its own branch ({x.reason()})"
             self.stats.graph_breaks.append(entry.tree.closed)
             return self._fn(*args, **kwargs)
+
+    def _omitted(self, args, kwargs) -> frozenset:
+        """The parameters the caller left to their defaults."""
+        n, out = len(args), []
+        for i, p in enumerate(self._sig.parameters.values()):
+            if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+                continue
+            if p.name not in kwargs and (i >= n or p.kind is p.KEYWORD_ONLY):
+                out.append(p.name)
+        return frozenset(out)
 
     def _call_args(self, fake, args, kwargs):
         """The traced values passed the way the user passed them: positionals stay positional,
@@ -637,70 +703,9 @@ def _strip_self(shape, bound):
     return shape - 1 if isinstance(shape, int) else (shape[0] - 1, shape[1])
 
 
-class CompiledModule(torch.nn.Module):
-    """An nn.Module whose forward is compiled; parameters are read from the original each call.
-
-    Hooks run eagerly around the compiled forward, as `nn.Module.__call__` runs them: the
-    original's (and the global module hooks), and any registered on this module itself (as
-    `fully_shard(ds.compile(layer))` does). A DDP/FSDP1 wrapper's own call runs eagerly too, around
-    the compiled forward of the model it holds (runtime/wrappers.py, fleet/wrappers.py)."""
-
-    def __init__(self, mod: torch.nn.Module, **opts):
-        super().__init__()
-        self._orig_mod = mod
-        inner = _fleet.inner(mod)
-        object.__setattr__(self, "_inner", inner)
-        object.__setattr__(self, "_compiled", CompiledFunction(type(inner).forward, bound_module=inner, **opts))
-        object.__setattr__(self, "_call", self._compiled.__call__)  # bound once: a call fewer than cf(...)
-        object.__setattr__(self, "_direct_at", -1)  # the module epoch at which a call could go straight in
-        object.__setattr__(self, "_hook_dicts", ())  # this module's, the original's and the global hook dicts
-        object.__setattr__(self, "_opts", opts)
-
-    def __reduce__(self):
-        # copy.deepcopy, pickle, torch.save: the original module and the options travel, compiled code does not
-        # (a copy compiles on its first call, as torch.compile's OptimizedModule does); hooks on this wrapper too
-        hooks = {k: v for k, v in self.__dict__.items() if k.endswith("hooks") and v}
-        return _rebuild_module, (self._orig_mod, self._opts, hooks)
-
-    def forward(self, *args, **kwargs):
-        orig, inner = self._orig_mod, self._inner
-        if orig is inner and not _wrappers.has_hooks(orig):
-            return self._compiled(*args, **kwargs)
-        with _wrappers.ForwardSwap(inner, self._compiled):  # the original's call: hooks, DDP's bookkeeping
-            return orig(*args, **kwargs)
-
-    def __call__(self, *args, **kwargs):
-        # the hot path: no wrapper and no hooks. The hook dicts are re-read once a module attribute was set
-        # (a dict replaced); their contents are looked at on every call
-        if self._direct_at == _module_epoch[0] and not any(self._hook_dicts):
-            return self._call(*args, **kwargs)
-        return self._call_slow(args, kwargs)
-
-    def _call_slow(self, args, kwargs):
-        at, inner = _module_epoch[0], self._inner
-        direct = self._orig_mod is inner
-        dicts = hook_dicts((self, inner))
-        object.__setattr__(self, "_hook_dicts", dicts)
-        object.__setattr__(self, "_direct_at", at if direct else -1)
-        if direct and not any(dicts):
-            return self._compiled(*args, **kwargs)
-        if _wrappers.own_hooks(self):  # registered on the compiled module (fully_shard(ds.compile(m)))
-            return torch.nn.Module.__call__(self, *args, **kwargs)
-        return self.forward(*args, **kwargs)
-
-    @property
-    def stats(self):
-        return self._compiled.stats
-
-    @property
-    def entries(self):
-        return self._compiled.entries
-
-    def __getattr__(self, name):
-        try:
-            return super().__getattr__(name)
-        except AttributeError:
-            return getattr(self._orig_mod, name)
+def _rebuild_bound(fn, obj, opts):
+    """A compiled bound method, unpickled: compiled again for the unpickled object."""
+    return CompiledFunction(fn, bound_module=obj, **opts)
 
 
 def _limit_advice(reason: str) -> str:
@@ -709,51 +714,6 @@ def _limit_advice(reason: str) -> str:
         return ("make that module int attribute dynamic (ds.config.allow_unspec_int_on_nn_module = True, as "
                 "torch.compile's allow_unspec_int_on_nn_module), or keep the counter outside the module")
     return "make the varying dims dynamic (ds.mark_dynamic or DYNASHAPE_DYNAMIC_SOURCES)"
-
-
-def _rebuild_module(orig, opts, hooks):
-    m = CompiledModule(orig, **opts)
-    m.__dict__.update(hooks)
-    return m
-
-
-def compile(fn=None, *, dynamic=None, fullgraph=False, backend=None):
-    """Compile a function or nn.Module; also a decorator with or without arguments.
-
-    >>> import torch, dynashape as ds
-    >>> @ds.compile(dynamic=True)
-    ... def f(x):
-    ...     return x * x.size(0)
-    >>> f(torch.ones(3)).tolist(), f(torch.ones(5)).tolist()[0], f.stats.compiles
-    ([3.0, 3.0, 3.0], 5.0, 1)
-    """
-    if dynamic not in (None, True, False):
-        raise TypeError(f"dynamic must be None, True or False, got {dynamic!r}")
-    opts = dict(dynamic=dynamic, fullgraph=fullgraph, backend=backend)
-    if fn is None:
-        return lambda f: compile(f, **opts)
-    if isinstance(fn, torch.nn.Module):
-        return CompiledModule(fn, **opts)
-    if isinstance(fn, types.MethodType) and not isinstance(fn.__self__, type):
-        # model.forward / obj.method: `self` is an argument of every call, so its state is guarded
-        return CompiledFunction(fn.__func__, bound_module=fn.__self__, **opts)
-    if not callable(fn):
-        raise TypeError(f"dynashape.compile takes a function or an nn.Module, got {type(fn).__name__}")
-    call = getattr(type(fn), "__call__", None)
-    if isinstance(call, types.FunctionType) and not isinstance(fn, (types.FunctionType, type)):
-        # a callable object: its __call__ with the object as `self`, whose state (and its class's) is guarded
-        return CompiledFunction(call, bound_module=fn, **opts)
-    try:
-        inspect.signature(fn)
-    except (TypeError, ValueError):  # a builtin such as torch.nonzero: call it through a Python function
-        target = fn
-
-        def fn(*args, **kwargs):
-            return target(*args, **kwargs)
-
-        functools.update_wrapper(fn, target)
-        del fn.__wrapped__
-    return CompiledFunction(fn, **opts)
 
 
 def reset() -> None:

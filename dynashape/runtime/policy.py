@@ -217,3 +217,17 @@ def make_policy(dynamic, frame_state: FrameState, L: dict, explain: dict | None 
 
     policy.static_param = static_param
     return policy
+
+
+def static_for(policy, names: frozenset):
+    """`policy`, with the numbers of the arguments `names` static: defaults the caller left out. The trace
+    reads the function's default itself (it is not passed), so a symbol for it would be unused and the
+    value baked; static, the guard compares it (`L['n'] == 2`) with the default the next call gets."""
+    if not names:
+        return policy
+
+    def static(source, value, kind, tensor=None, dim=None) -> DimPolicy:
+        if kind in ("int", "float") and isinstance(source, LocalSource) and source.local in names:
+            return DimPolicy(DimDynamic.STATIC)
+        return policy(source, value, kind, tensor, dim)
+    return static

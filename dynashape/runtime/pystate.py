@@ -80,6 +80,7 @@ class PyState(ClassState):
         self.skip_attrs: set = set()  # (id(module), name) traced as SymInts: not guarded as constants
         self._mod_plain: list = []  # (module __dict__, source, name, value): every module's plain attributes
         self._walked: list = []  # (module, source): the modules whose members the guard checks
+        self._class_dicts: list = []  # the user classes' dicts (class_dict), watched with the modules'
         self.module_lines: list[str] = []  # checks that read only the walked modules' dicts (see guard())
         self._cells: list = []  # (closure cell, its int) holding a SymInt while tracing
         self.frame_state = None  # automatic dynamic for closed-over ints (runtime.policy.FrameState)
@@ -255,6 +256,11 @@ class PyState(ClassState):
             self._check(f"type({var}) is {t} and {var}.__func__ is {self._const(v.__func__, 'o')}",
                         f"{src.pretty()} is a bound {v.__func__.__qualname__}")
             self._child(v.__self__, AttrSource(src, "__self__"), f"{var}.__self__", depth)
+            return
+        if type(v) is functools.partial:  # the same partial (func and args are read-only), and what its
+            self._check(f"{var} is {self._const(v, 'o')}", f"{src.pretty()} is the same partial")  # keywords
+            self._child(v.args, AttrSource(src, "args"), f"{var}.args", depth)  # dict and args hold now
+            self._child(v.keywords, AttrSource(src, "keywords"), f"{var}.keywords", depth)
             return
         d = vars_or_none(v)
         if d is None and not _is_c_callable(v) and not isinstance(v, _BY_IDENTITY) and \
@@ -467,6 +473,11 @@ class PyState(ClassState):
             self._check_module(f"all(map(_is, map(vars, {self._const(mods, 'mods')}), "
                                f"{self._const(tuple(map(vars, mods)), 'mds')}))",
                                _why_replaced(self._walked), None)
+            # `m.__class__ = Other` (a parametrization, a user's swap) writes no dict: the watch compares
+            # the classes too, and this says which (a submodule's forward of another class ran stale)
+            self._check_module(f"all(map(_is, map(type, {self._const(mods, 'mods')}), "
+                               f"{self._const(tuple(map(type, mods)), 'mts')}))",
+                               "the class of a module is the one traced (its __class__ was set since)", None)
             # no attribute added or deleted: one the trace looked for and did not find
             # (`getattr(m, "calls", 0)`) may be there now
             self.ns["_keys"] = dict.keys
@@ -548,6 +559,7 @@ class PyState(ClassState):
         safe.lines = [_failing(ln) for ln in self.lines]
         safe.module_lines = [_failing(ln) for ln in self.module_lines]
         safe.modules = [m for m, _ in self._walked]
+        safe.class_dicts = tuple(self._class_dicts)  # the user classes' own dicts, which the module checks read
         safe.tensors = tensors  # whose `__dict__`s the module checks read
         return safe
 

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import copy
 import enum
+import gc
+import operator
 import sys
 import types
 import weakref
@@ -82,6 +84,12 @@ class ClassSource(Source):
         return hash(id(self.klass))
 
 
+def class_dict(klass) -> dict:
+    """The dict behind `vars(klass)` (a read-only proxy), whose version tag moves when the class is
+    written (`Klass.forward = f`, `setattr(Klass, k, v)`, `del Klass.k`)."""
+    return gc.get_referents(vars(klass))[0]
+
+
 class ClassState:
     """PyState's methods for classes and slots (needs its _seen, _keep, env, ignored, tracer, containers,
     _snap, _const, _check, _child, container, _swap_in)."""
@@ -102,11 +110,23 @@ class ClassState:
             items = [(k, x) for k, x in vars(klass).items()
                      if not k.startswith("__") and isinstance(x, _PLAIN)]
             cd = self._const(vars(klass), "cd")
+            # the class's dict is watched with the modules' (guards/native.py): these run when it was written
+            self._class_dicts.append(class_dict(klass))
             if items:
                 keys = tuple(k for k, _ in items)
                 vals = tuple(x for _, x in items)
-                self._check(f"tuple(map({cd}.get, {self._const(keys, 'ck')})) == {self._const(vals, 'cv')}",
-                            " and ".join(f"{klass.__qualname__}.{k} == {x!r}" for k, x in items))
+                self._check_module(f"tuple(map({cd}.get, {self._const(keys, 'ck')})) == {self._const(vals, 'cv')}",
+                                   " and ".join(f"{klass.__qualname__}.{k} == {x!r}" for k, x in items),
+                                   " and ".join(f"{klass.__qualname__}.{k} == {x!r}" for k, x in items))
+            # its names and its functions (`Block.forward = patched` after compiling ran the traced one):
+            # by identity; an attribute added or deleted changes the names
+            code = tuple((k, x) for k, x in vars(klass).items() if isinstance(x, _CODE))
+            self.ns["_is"] = operator.is_
+            self._check_module(f"tuple({cd}) == {self._const(tuple(vars(klass)), 'cks')} and all(map(_is, map("
+                               f"{cd}.get, {self._const(tuple(k for k, _ in code), 'cfk')}), "
+                               f"{self._const(tuple(x for _, x in code), 'cfv')}))",
+                               f"the class {klass.__qualname__} has the attributes and methods traced (one was set or "
+                               "deleted since)", None)
             for k, x in vars(klass).items():
                 if is_user_cache(x):  # a cached method: asked without running its body (tracing/cached.py)
                     self._swap_in(_AttrDict(klass), k, CachedStandIn(x, ItemSource(AttrSource(csrc, "__dict__"), k), self.tracer), x)

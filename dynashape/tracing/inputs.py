@@ -58,9 +58,18 @@ def input_meta(t: torch.Tensor) -> torch.Tensor:
         return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device="meta").requires_grad_(True)
 
 
+_PLAIN_TENSORS = (torch.Tensor, torch.nn.Parameter)
+
+
 def check_supported(t: torch.Tensor, source: Source) -> None:
-    """Dense tensors only: sparse, quantized and nested tensors run eagerly, saying which argument."""
+    """Dense tensors only: sparse, quantized and nested tensors run eagerly, saying which argument. So
+    do tensor subclasses: the trace's stand-in is a plain tensor, so a subclass's `__torch_function__`
+    (its own ops, its result types) and `isinstance(x, Sub)` would be traced as a plain tensor's."""
     kind = None
+    if type(t) not in _PLAIN_TENSORS:
+        raise GraphBreak(f"argument {source.pretty()} is a tensor subclass ({type(t).__qualname__}), which "
+                         "dynashape traces as a plain tensor only: its own torch function and types would be "
+                         "lost", None, "The call runs eagerly. Pass `x.as_subclass(torch.Tensor)` to compile it.")
     if t.is_nested:
         kind = "nested"
     elif t.layout is not torch.strided:

@@ -98,6 +98,13 @@ def _in_trace() -> bool:
 def _isinstance(obj, cls):
     pytype = _PYTYPE.get(type(obj))
     if pytype is None:
+        if type(obj) is FakeTensor and threading.get_ident() in _threads and not _caller_is_ours():
+            # the tensor the user passed: `isinstance(p, nn.Parameter)` asks Parameter's metaclass, library
+            # code to which the stand-in is a FakeTensor (not a Parameter)
+            tr = current_tracer()
+            real = tr._input_of.get(id(obj)) if tr is not None else None
+            if real is not None:
+                return _orig_isinstance(real[1], cls)
         return _orig_isinstance(obj, cls)
     if pytype is IteratorStandIn:
         return _orig_isinstance(obj._it, cls)

@@ -1,5 +1,6 @@
 """dynashape.compile end to end: the seed examples, modules, arguments, guards, graph breaks."""
 import asyncio
+import functools
 import re
 
 import pytest
@@ -320,6 +321,76 @@ def test_unsupported_tensor_inputs_run_eagerly_naming_the_argument(make, kind):
     x = make()
     torch.testing.assert_close(cf(x), f(x))
     assert kind in cf.stats.graph_breaks[0] and "argument x" in cf.stats.graph_breaks[0]
+
+
+class _Sub(torch.Tensor):
+    pass
+
+
+class _Tens(torch.Tensor):  # its own torch function: every op's result times 10
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        out = super().__torch_function__(func, types, args, kwargs or {})
+        if func is torch.Tensor.mul:
+            with torch._C.DisableTorchFunctionSubclass():
+                out.mul_(10)
+        return out
+
+
+@pytest.mark.parametrize("backend", ["eager", "fused"])
+def test_tensor_subclass_inputs_run_eagerly_and_a_parameter_argument_is_one(backend):
+    def f(x):
+        kind = 1 if isinstance(x, _Sub) else 2 if isinstance(x, torch.nn.Parameter) else 3
+        return x * 2 + kind, type(x * 2).__name__
+    cf = ds.compile(f, backend=backend)
+    for x in (torch.ones(3).as_subclass(_Sub), torch.ones(3).as_subclass(_Tens), torch.nn.Parameter(torch.ones(3)),
+              torch.ones(3)):
+        (got, gt), (want, wt) = cf(x), f(x)
+        torch.testing.assert_close(got.as_subclass(torch.Tensor), want.as_subclass(torch.Tensor))
+        assert type(got) is type(want) and gt == wt
+    assert any("tensor subclass (_Sub)" in b and "argument x" in b for b in cf.stats.graph_breaks)
+
+
+def test_compiled_partials_of_one_function_keep_their_own_arguments():
+    def base(scale, x, shift=0.0):
+        return x * scale + shift
+    p2, p3 = functools.partial(base, 2.0), functools.partial(base, 3.0, shift=1.0)
+    c2, c3 = ds.compile(p2), ds.compile(p3)
+    x = torch.ones(3)
+    torch.testing.assert_close(c2(x), p2(x))
+    torch.testing.assert_close(c3(x), p3(x))  # (it returned p2's: one cache for both)
+    p3.keywords["shift"] = 9.0  # changed in place
+    torch.testing.assert_close(c3(x), p3(x))
+
+
+@pytest.mark.parametrize("dynamic", [None, True])
+def test_a_default_the_caller_leaves_out_is_guarded_by_value(dynamic):
+    def g(x, n=0):
+        return x + n
+    cg = ds.compile(g, dynamic=dynamic)
+    x = torch.ones(3)
+    for n in (0, 1, 2, 3, 2):
+        g.__defaults__ = (n,)
+        torch.testing.assert_close(cg(x), g(x))  # (automatic dynamic made n a symbol the trace never read)
+        torch.testing.assert_close(cg(x, 5), g(x, 5))
+    fs = []
+    for k in range(4):  # one code object, four defaults
+        def h(x, k=k):
+            return x * k
+        fs.append(h)
+    for h in fs:
+        torch.testing.assert_close(ds.compile(h, dynamic=dynamic)(x), h(x))
+
+
+def test_a_function_whose_code_is_replaced_runs_the_new_code():
+    def q(x):
+        return x * 2
+    cq = ds.compile(q)
+    x = torch.ones(3)
+    torch.testing.assert_close(cq(x), q(x))
+    q.__code__ = (lambda x: x * 3).__code__  # as IPython's autoreload updates a function
+    torch.testing.assert_close(cq(x), q(x))
+    assert "was replaced" in cq.stats.recompile_reasons[-1]
 
 
 def test_a_deeply_nested_argument_runs_eagerly():

@@ -255,7 +255,7 @@ class RegionRuntime:
     def backward_fn(self):
         """The region's backward, compiled by dynashape (dynamic sizes, the fused backend) on first use."""
         if self._backward_fn is None:
-            from ...runtime.compile import compile as ds_compile
+            from ...runtime.compiled_module import compile as ds_compile
             ns = dict(self.backward.namespace)
             exec_source(self.backward.source, "fused-backward", ns)
             fn = ds_compile(ns[f"{self.name}_backward"], dynamic=True, backend="fused")
