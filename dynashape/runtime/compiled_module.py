@@ -46,19 +46,22 @@ class CompiledModule(torch.nn.Module):
         swap or `Model.forward = patched` changes. Each entry's guards fail on such a change (the module's
         keys, its class, the class's functions) and its miss asks this again (`_current`)."""
         inner = self._inner
-        fwd = inner.__dict__.get("forward")
-        if fwd is None:
-            fwd = type(inner).forward
-        elif isinstance(fwd, CompiledFunction) and any(fwd is v for v in self._variants.values()):
-            return fwd  # our own, for the call (ForwardSwap)
-        key = fwd.__func__ if isinstance(fwd, types.MethodType) and fwd.__self__ is inner else fwd
+        own = inner.__dict__.get("forward")
+        if own is None:  # the class's: called with the module as `self`
+            key, bound = type(inner).forward, True
+        elif isinstance(own, CompiledFunction) and any(own is v for v in self._variants.values()):
+            return own  # our own, for the call (ForwardSwap)
+        elif isinstance(own, types.MethodType) and own.__self__ is inner:
+            key, bound = own.__func__, True
+        else:  # any callable (a lambda, a partial): called without `self`, as eager's m.forward(x)
+            key, bound = own, False
         cf = self._variants.get(key)
         if cf is None:
-            if key is fwd and not isinstance(fwd, types.FunctionType):  # any callable: called without `self`
-                cf = compile(fwd, **self._opts)
-                cf = cf._compiled if isinstance(cf, CompiledModule) else cf
-            else:
+            if bound:
                 cf = CompiledFunction(key, bound_module=inner, **self._opts)
+            else:
+                cf = compile(key, **self._opts)
+                cf = cf._compiled if isinstance(cf, CompiledModule) else cf
             cf._current = self._current_forward
             if len(self._variants) >= 8:  # (forwards set and reset per call: the oldest goes)
                 self._variants.pop(next(iter(self._variants)))

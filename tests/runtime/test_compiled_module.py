@@ -59,6 +59,8 @@ def test_a_forward_set_on_the_instance_before_or_after_compiling_is_what_runs(ba
     _same(cm, m, x)
     m.forward = functools.partial(lambda mod, x: mod.l(x) - 1, m)  # as accelerate's hooks wrap a forward
     _same(cm, m, x)
+    m.forward = lambda x: x * 3  # a plain function: called without the module
+    _same(cm, m, x)
     del m.forward
     _same(cm, m, x)
 
