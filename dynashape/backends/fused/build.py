@@ -18,6 +18,7 @@ import subprocess
 import tempfile
 import threading
 import time
+import weakref
 
 from ...guards import native as _native
 from ...runtime.config import config
@@ -32,8 +33,10 @@ log = logging.getLogger("dynashape.fused")
 # -fno-version-loops-for-strides: -O3 copies a loop nest for "every variable stride is 1" (the strided
 # branch's st*_2 of a kernel, 1 on nearly every call) and g++ 12 left the contiguous branch's simd
 # reduction scalar in that copy: ((x + y) * w).mean() over 4x64x128 took 19 us, 5.6 without it
+# -ffp-contract=off: for C++ g++ contracts `a * b + c` into one fused multiply-add (across statements,
+# even with -std=c++17), skipping the product's rounding eager does: sign(a * b - a * b) came out +-1
 FLAGS = ["-O3", "-march=native", "-fopenmp", "-fno-math-errno", "-fno-trapping-math", "-fno-version-loops-for-strides",
-         "-shared", "-fPIC", "-std=c++17"]
+         "-ffp-contract=off", "-shared", "-fPIC", "-std=c++17"]
 MVEC = ["-DDS_MVEC", "-lmvec"]  # glibc's vector math: expf/erff/tanhf... vectorize in the inner loop
 
 counters = {"compiles": 0, "disk_hits": 0, "memory_hits": 0, "failures": 0,
@@ -272,6 +275,15 @@ class Worker:
         self._thread = None
         self._busy = False
         self.closing = False
+        _workers.add(self)
+
+    def _after_fork_in_child(self) -> None:
+        """The thread is not in a forked child, and its lock may have been held by it: start over.
+        The parent's queued jobs are dropped (their code keeps its eager version here)."""
+        self._jobs = []
+        self._cv = threading.Condition()
+        self._thread = None
+        self._busy = False
 
     def submit(self, job) -> None:
         with self._cv:
@@ -329,5 +341,19 @@ class Worker:
         done.wait(timeout)
 
 
+_workers: weakref.WeakSet = weakref.WeakSet()
 worker = Worker()
 atexit.register(worker.close)
+
+
+def _after_fork_in_child() -> None:
+    """A child forked while the compile thread held a lock would wait on it forever at its first compile."""
+    global _lock
+    _lock = threading.Lock()
+    _compilers.clear()  # the parent's compiler processes: not the child's to kill at exit
+    for w in list(_workers):
+        w._after_fork_in_child()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)

@@ -88,6 +88,7 @@ _HEAD = r"""
 #include <cstring>
 #include <algorithm>
 #include <limits>
+#include <type_traits>
 #include <omp.h>
 {MVEC}// b == 0 only where a size is 0 at run time, so no element is computed: 0 rather than a trap
 static inline int64_t ds_floordiv(int64_t a, int64_t b) { if (b == 0) return 0; int64_t q = a / b; return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q; }
@@ -99,6 +100,16 @@ static inline uint16_t ds_f2bf(float f) {
   uint32_t u; std::memcpy(&u, &f, 4);
   if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u);
   u += 0x7fffu + ((u >> 16) & 1u); return (uint16_t)(u >> 16);
+}
+// float -> integer as eager's x86 kernels convert (cvttss2si): NaN and out of range give the "integer
+// indefinite" INT32_MIN / INT64_MIN; a narrower type takes the int32's low bits. A plain cast is UB
+// there, and (float)(int)x was folded into trunc(x): (-1, 1) goes in as +0, so -0.5 comes back +0.0
+template <class I, class F> static inline I ds_f2i(F x) {
+  typedef typename std::conditional<sizeof(I) == 8, int64_t, int32_t>::type W;
+  const F lim = (F)std::numeric_limits<W>::max() + (F)1, lo = -lim - (F)1;  // 2^31 or 2^63, exact
+  const bool ok = (lo == -lim ? x >= lo : x > lo) && x < lim;  // (-2^31 - 1 rounds to -2^31 in float)
+  const F y = ok ? ((x > (F)-1 && x < (F)1) ? (F)0 : x) : -lim;
+  return (I)(W)y;
 }
 template <class T> static inline T ds_maximum(T a, T b) { return (a != a || a > b) ? a : b; }
 template <class T> static inline T ds_minimum(T a, T b) { return (a != a || a < b) ? a : b; }
@@ -251,11 +262,15 @@ def _op(n, a) -> str:
             return f"ds_h2f(ds_f2h((float){x}))"
         if target == torch.bfloat16:
             return f"ds_bf2f(ds_f2bf((float){x}))"
+        if src.is_floating_point and not target.is_floating_point:
+            return f"ds_f2i<{F}>({x})"
         return f"(({F}){x})"
     if name in ("maximum", "minimum"):
         return f"ds_{name}<{F}>({a[0]}, {a[1]})"
     if name == "where":
         return f"({a[0]} ? {a[1]} : {a[2]})"
+    if name == "fma":  # where eager's kernel rounds once (lower.eager_fma); nothing else is contracted
+        return f"std::fma({a[0]}, {a[1]}, {a[2]})"
     if name in ("clamp_min", "clamp_max"):  # a NaN bound gives NaN, as torch.clamp does
         op = "<" if name == "clamp_min" else ">"
         return f"(({a[0]} {op} {a[1]} || {a[1]} != {a[1]}) ? {a[1]} : {a[0]})"

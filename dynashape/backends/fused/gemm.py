@@ -203,6 +203,15 @@ _lock = threading.Lock()
 _state: dict = {}  # "fn": the loaded ds_gemm or None; "auto": the calibration's verdict; "ratio": its time ratio
 
 
+def _after_fork_in_child() -> None:
+    global _lock
+    _lock = threading.Lock()  # the library may have been building on the compile thread at the fork
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 def _torch_lib() -> str:
     return os.path.join(os.path.dirname(torch.__file__), "lib")
 

@@ -9,6 +9,8 @@ of torch calls.
 """
 from __future__ import annotations
 
+import functools
+import platform
 from dataclasses import dataclass, field
 
 import sympy
@@ -45,6 +47,16 @@ def compute_dtype(dt):
 
 def _is_float(dt) -> bool:
     return dt in ops.FLOATS
+
+
+@functools.lru_cache(maxsize=None)
+def eager_fma() -> bool:
+    """Whether eager's kernels of add/sub with alpha, addcmul and lerp round `a * b + c` once: ATen's
+    vector code calls fmadd and its builds contract the scalar tails, except x86's DEFAULT kernels (no
+    FMA instruction). The C++ kernels contract nothing (-ffp-contract=off), so these say where to fuse."""
+    if platform.machine().lower() not in ("x86_64", "amd64", "i386", "i686", "x86"):
+        return True
+    return torch.backends.cpu.get_cpu_capability().startswith(("AVX2", "AVX512"))
 
 
 def _c_strides(shape) -> list:
@@ -219,6 +231,9 @@ class Lowerer:
                 a, b = b, a
             if alpha != 1 and half is not None:  # eager: one fma in float32 in its vector loop, `x + alpha * y`
                 raise Unfusable("add with alpha in a half type")  # rounded after each op in its scalar tail
+            if alpha != 1 and _is_float(dt) and eager_fma():  # eager: fmadd(b, alpha, a), alpha negated for sub
+                al = A(alpha) if name == "add" else ir.op("neg", (A(alpha),), dt)
+                return ir.op("fma", (A(b), al, A(a)), dt)
             bb = A(b) if alpha == 1 else ir.op("mul", (A(b), A(alpha)), dt)
             return ir.op("add" if name == "add" else "sub", (A(a), bb), dt)
         if name in ("mul", "div"):
@@ -263,11 +278,14 @@ class Lowerer:
         if name == "lerp":
             w = ops.arg(n, 2, "weight")  # a Python number: read in float32; a 0-d tensor: cast to the half type
             a, b, w = A(a0), A(n.args[1]), (A(w) if ops.is_tensor(w) else W(w))
-            return ir.op("add", (a, ir.op("mul", (w, ir.op("sub", (b, a), dt)), dt)), dt)
+            # eager (ATen's lerp_vec): |w| < 0.5 ? a + w * (b - a) : b + (w - 1) * (b - a), as one fma each
+            small = ir.op("lt", (ir.op("abs", (w,), dt), ir.const(0.5, dt)), torch.bool)
+            coeff = ir.op("where", (small, w, ir.op("sub", (w, ir.const(1.0, dt)), dt)), dt)
+            return self.muladd(coeff, ir.op("sub", (b, a), dt), ir.op("where", (small, a, b), dt), dt)
         if name == "addcmul":
             v = ops.arg(n, 3, "value", 1)  # eager: self + value * t1 * t2, value in the compute type
             t1 = A(n.args[1]) if v == 1 else ir.op("mul", (self.scalar(v, dt), A(n.args[1])), dt)
-            return ir.op("add", (A(a0), ir.op("mul", (t1, A(n.args[2])), dt)), dt)
+            return self.muladd(t1, A(n.args[2]), A(a0), dt)
         if name in ops.UNARY:
             if not _is_float(dt) and name not in ("neg", "abs", "relu", "square", "sign"):
                 raise Unfusable(f"{name} on {dt}")
@@ -324,6 +342,12 @@ class Lowerer:
             if e == -2 and out != torch.float16:
                 return ir.op("div", (ir.const(1.0, dt), rnd(ir.op("mul", (x, x), dt))), dt)
         return ir.op("pow", (A(base), A(ex)), dt)
+
+    def muladd(self, a, b, c, dt):
+        """a * b + c as eager's kernel computes it: one fused multiply-add, or two roundings."""
+        if _is_float(dt) and eager_fma():
+            return self.ir.op("fma", (a, b, c), dt)
+        return self.ir.op("add", (self.ir.op("mul", (a, b), dt), c), dt)
 
     def cast_to(self, v, target):
         return self.ir.op("cast", (v,), compute_dtype(target), target)

@@ -38,6 +38,15 @@ _modules: dict = {}
 _choices: dict | None = None  # bucket key -> [XBLOCK, RBLOCK, num_warps]
 
 
+def _after_fork_in_child() -> None:
+    global _lock
+    _lock = threading.Lock()  # the compile thread may have held it at the fork
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 @functools.lru_cache(maxsize=None)
 def available() -> bool:
     """Whether triton imports (the `gpu` extra)."""
@@ -88,7 +97,7 @@ def _pow2(n: int, cap: int) -> int:
 
 # Each op rounds its result, as eager's kernels do: no a * b + c contracted into one fused multiply-add
 # (Triton's default), whose one rounding can move a comparison or an integer cast of the sum off
-# eager's (the C++ kernels compile as ISO C++17, where g++ does not contract either)
+# eager's (the C++ kernels compile with -ffp-contract=off: g++ contracts C++ by default, -std=c++17 or not)
 OPTIONS = {"enable_fp_fusion": False}
 
 PROGRAMS = 256  # programs (rows / XBLOCK) the heuristic leaves at least, where there are rows enough

@@ -142,6 +142,8 @@ def _op(n, a) -> str:
         return f"tl.where(({a[0]} != {a[0]}) | ({a[0]} {op} {a[1]}), {a[0]}, {a[1]})"
     if name == "where":
         return f"tl.where({a[0]}, {a[1]}, {a[2]})"
+    if name == "fma":  # where eager's kernel rounds once (lower.eager_fma); nothing else is fused (OPTIONS)
+        return f"tl.fma({a[0]}, {a[1]}, {a[2]})"
     if name in ("clamp_min", "clamp_max"):  # a NaN bound gives NaN, as torch.clamp does
         op = "<" if name == "clamp_min" else ">"
         return f"tl.where(({a[0]} {op} {a[1]}) | ({a[1]} != {a[1]}), {a[1]}, {a[0]})"

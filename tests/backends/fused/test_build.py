@@ -317,3 +317,65 @@ def test_a_kernel_compiles_only_the_math_wrappers_it_calls():
     assert "ds_erff" not in relu and "ds_expf" not in relu
     if build._mvec_ok():
         assert "ds_erff" in gelu and "ds_expf" not in gelu
+
+
+FORK_AFTER_COMPILE = textwrap.dedent("""
+    import os, sys, threading, time, torch
+    torch.set_num_threads(1)  # torch's own thread pool hangs a forked child otherwise
+    import dynashape as ds
+    from dynashape.backends import fused
+    from dynashape.backends.fused import build
+    ds.config.fused_sync = True
+    def warm(x):  # a compile first, so the background one imports nothing: a module half imported
+        return torch.tanh(x + 1) * x  # by the parent's thread at the fork is broken in the child
+    ds.compile(warm, backend="fused", dynamic=True)(torch.randn(3, 4))
+    ds.config.fused_sync = False
+    def f(x):
+        return torch.sigmoid(x * 1.5) + x
+    cf = ds.compile(f, backend="fused", dynamic=True)
+    cf(torch.randn(5, 7))  # queues the kernel build on the compile thread
+    held, release = threading.Event(), threading.Event()
+    def hold():  # the compile thread's locks, held at the fork as that thread holds them now and then
+        with build.worker._cv, build._lock:
+            held.set()
+            release.wait()
+    threading.Thread(target=hold).start()
+    held.wait()
+    pid = os.fork()
+    if pid == 0:
+        code = 5
+        try:
+            def g(x):
+                return torch.tanh(x - 0.5) * x
+            cg = ds.compile(g, backend="fused", dynamic=True)
+            x = torch.randn(6, 9)
+            cg(x)
+            fused.wait()  # the child's own compile thread builds the kernel
+            torch.testing.assert_close(cg(x), g(x))
+            code = 0 if cg.entries[0].fn.fused else 4
+        finally:
+            sys.stderr.flush()
+            os._exit(code)
+    release.set()
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            sys.exit(os.waitstatus_to_exitcode(status))
+        time.sleep(0.1)
+    os.kill(pid, 9)
+    os.waitpid(pid, 0)
+    sys.exit(3)  # the child hung
+""")
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_a_child_forked_while_the_compile_thread_holds_its_locks_compiles_its_own_kernels(tmp_path):
+    # the child inherited the worker's condition lock and the build lock held, by a thread it does not
+    # have: its first compile waited for them forever
+    script = tmp_path / "fork_compile.py"
+    script.write_text(FORK_AFTER_COMPILE)
+    env = dict(os.environ, PYTHONPATH=ROOT, DYNASHAPE_FUSED_CACHE_DIR=str(tmp_path / "kernels"),
+               DYNASHAPE_CACHE_DIR=str(tmp_path))
+    out = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, (out.returncode, out.stderr[-2000:])
