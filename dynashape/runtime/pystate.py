@@ -150,6 +150,7 @@ class PyState(ClassState):
         self._walked.append((m, src))
         self._mod_plain.append((d, src, "training", m.training))
         self._class_attrs(type(m), src)
+        self._library_forwards(type(m))
         self._attrs(m, src, mv, 1, module=True)
         for k in module_epoch.HOOKS:  # the hooks the trace ran: what they reach (a closed-over list
             if d.get(k):  # they append to) is guarded and their changes replayed like the forward's

@@ -94,6 +94,22 @@ class ClassState:
     """PyState's methods for classes and slots (needs its _seen, _keep, env, ignored, tracer, containers,
     _snap, _const, _check, _child, container, _swap_in)."""
 
+    def _library_forwards(self, cls) -> None:
+        """A library module class's `forward` (nn.Linear's, a transformers block's), by identity: patching
+        it after compiling (`LlamaAttention.forward = fast_attention`) changes what eager runs. Their other
+        attributes are the library's; these checks run only when one of the classes' dicts was written."""
+        for klass in cls.__mro__:
+            if klass is torch.nn.Module or klass is object:
+                break
+            if not _library_class(klass) or ("forward", id(klass)) in self._seen:
+                continue
+            self._seen[("forward", id(klass))] = None
+            self._class_dicts.append(class_dict(klass))
+            cd = self._const(vars(klass), "cd")
+            self.ns["_is"] = operator.is_
+            self._check_module(f"_is({cd}.get('forward'), {self._const(vars(klass).get('forward'), 'fw')})",
+                               f"{klass.__qualname__}.forward is the one traced (it was replaced since)", None)
+
     def _class_attrs(self, cls, src: Source) -> None:
         """The user's own classes of an object: plain attributes guarded by value (`self.use_cache_default`
         defined on the class: read through the instance), the others walked, and the class's changes
