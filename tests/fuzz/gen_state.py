@@ -21,7 +21,15 @@ object's slots, mutable default arguments of `f` and of helpers (`def f(..., his
 reading a global the caller changes (with or without `cache_clear()`), and weak containers
 (`WeakValueDictionary`, `WeakSet`) given tensors made in the call, and a parameter's or buffer's own
 attributes read in forward (`getattr(self.lin.weight, "flag", 0)`, set, changed and deleted by the
-caller between calls). Those templates are kept in
+caller between calls). And what a call runs (CALL_* templates, the program's `target`): the harness
+compiles `f`, or the module `net` whose forward calls `f` (`ds.compile(net)`, bound to `cnet` in the
+compiled copy and `cnet = net` in the eager one), or two `functools.partial`s of one function, or
+functions made in a loop (one code object, different defaults or closures); between calls the caller
+sets `net.forward` (a bound method or a partial) and deletes it, swaps `net.__class__` or
+`net.blk.__class__`, patches `Net.forward`, `Block.forward` or the helper `Block.act`, changes the
+partials' `keywords` in place and the defaults the calls leave out (`LOOP[1].__defaults__ = (-0.0,)`),
+replaces `f.__code__` (with `f_alt`'s, the same signature), and writes through the wrapper
+(`cnet.scale = 2`, `cnet.eval()`, `net.mode = cnet.training`). Those templates are kept in
 lists of their own (HIDDEN_*), as gen.py keeps HALF and CATCH: `generate_state(seed)` gives the
 programs it gave before.
 
@@ -132,7 +140,109 @@ HIDDEN_CHANGES = [
     "fm.scale.meta = {{'k': [{i}]}}", "fm.scale.meta['k'][0] = {i}", "m.buf.meta = {{'k': [{num}]}}",
     "fm.lin.weight.flag = not getattr(fm.lin.weight, 'flag', 0)",
 ]
+# hidden=True: what a call runs (the module's third part, StateProgram.calls_source): f's reads of the module
+# `net` (its submodule `blk`, whose class and methods the caller changes), and the caller's changes to what
+# the compiled target (StateProgram.target) calls: a module's forward and class, a user class's methods, a
+# partial's keywords, defaults left out, a function's code, the compiled module's wrapper
+CALL_READS = ["net.blk({v})", "{v} * net.scale", "{v} * net.blk.k", "net.blk.act({v})"]
+CALL_CONDITIONS = ["net.training", "type(net.blk) is Block"]
+CALL_CHANGES = [
+    "net.forward = types.MethodType(forward_alt, net)", "net.forward = functools.partial(forward_alt, net)",
+    "vars(net).pop('forward', None)", "net.__class__ = Net2", "net.__class__ = Net", "Net.forward = forward_alt",
+    "Net.forward = NET_FORWARD", "Block.act = act_alt", "Block.act = BLOCK_ACT", "Block.forward = block_forward_alt",
+    "Block.forward = BLOCK_FORWARD", "net.blk.__class__ = Block2", "net.blk.__class__ = Block",
+    "P1.keywords['shift'] = {num}", "P2.keywords['shift'] = {num}", "P2.keywords.pop('shift', None)",
+    "run_k.__defaults__ = ({num},)", "run_k.__defaults__ = (-0.0,)", "LOOP[0].__defaults__ = ({num},)",
+    "LOOP[1].__defaults__ = ({i},)", "LOOP[1].__defaults__ = (-0.0,)", "f.__code__ = f_alt.__code__",
+    "f.__code__ = F_CODE", "cnet.scale = {num}", "cnet.tag = {i}", "cnet.eval()", "cnet.train()", "net.eval()",
+    "net.train()", "net.mode = cnet.training", "net.blk.k = {num}",
+]
+# what the harness compiles (StateProgram.target, a key of the module's CALLED), how often a hidden program
+# draws it, and the changes it draws more often (a change is one of these with probability TARGET_BIAS)
+TARGETS = {"f": 0.55, "net": 0.2, "parts": 0.12, "loop": 0.13}
+_CODE = r"f\.__code__|Block\.|blk\.__class__"
+TARGET_CHANGES = {"f": _CODE, "net": r"net|Net|Block|blk|f\.__code__", "parts": r"P1|P2|run_k|f\.__code__",
+                  "loop": r"LOOP|f\.__code__"}  # regular expressions over CALL_CHANGES
+TARGET_BIAS = 0.4
 HIDDEN_RETURNS = ["obj._n", "Counted.count", "len(hist)", "sl.n", "len(WV)", "pm._steps"]
+# what a call runs (the caller changes it between calls): a module whose forward calls f, its sibling
+# class, a submodule with a helper method, two partials of one function, functions made in a loop
+CALLS_SOURCE = """
+
+class Block(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.k = 2.0
+
+    def forward(self, v):
+        return self.act(v) * self.k
+
+    def act(self, v):
+        return v.relu()
+
+
+class Block2(Block):
+    def forward(self, v):
+        return self.act(v) - self.k
+
+
+def act_alt(self, v):
+    return v.tanh() + 1
+
+
+def block_forward_alt(self, v):
+    return self.act(v) + v * self.k
+
+
+BLOCK_FORWARD, BLOCK_ACT = Block.forward, Block.act
+
+
+class Net(torch.nn.Module):  # compiled as a module (target "net"): its forward calls f
+    def __init__(self):
+        super().__init__()
+        self.blk = Block()
+        self.scale = 1.5
+
+    def forward(self, x, y, n, s, acc):
+        return f(x, y, n, s, acc) + (self.blk(y) * self.scale * (2 if self.training else 1),)
+
+
+class Net2(Net):
+    def forward(self, x, y, n, s, acc):
+        return (self.blk(x) - self.scale,) + f(x, y, n, s, acc)
+
+
+def forward_alt(self, x, y, n, s, acc):
+    return f(y, x, n, s, acc) + (self.scale, self.training)
+
+
+NET_FORWARD = Net.forward
+net = Net()
+cnet = net  # the compiled copy's harness binds the compiled module here (target "net")
+
+
+def run_k(k, x, y, n, s, acc, shift=0.0):  # compiled as two partials (target "parts")
+    v = x * k + shift
+    return f(v, y, n, s, acc) + (v, shift)
+
+
+P1 = functools.partial(run_k, 2.0)
+P2 = functools.partial(run_k, 3.0, shift=1.0)
+LOOP = []  # one code object each, compiled one by one (target "loop")
+for _k in (2, 3):
+    def _looped(x, y, n, s, acc, k=_k):
+        return f(x, y, n, s, acc) + (y * k, k)
+    LOOP.append(_looped)
+
+
+def _closing(k):
+    def closed(x, y, n, s, acc):
+        return f(x, y, n, s, acc) + (y + k, k)
+    return closed
+
+
+LOOP += [_closing(-0.0), _closing(1.5)]
+"""
 INTS = [-1, 0, 1, 2, 3, 5, 7]
 FLOATS = [-0.0, 0.5, 1.5, 2.0, -3.0, math.inf, math.nan]
 
@@ -162,6 +272,7 @@ class StateProgram:
     ret: list  # expressions returned
     steps: list = field(default_factory=list)
     hidden: bool = False  # the HIDDEN_* state is in the module (hidden_source), f has mutable defaults
+    target: str = "f"  # what the harness compiles and calls each step: a key of the module's CALLED (hidden only)
 
     def hidden_source(self) -> str:
         """The module's state behind `_` names, classes, slots, defaults, lru_cache and weak references."""
@@ -258,7 +369,7 @@ class Flagged(torch.nn.Module):  # reads its parameter's and its buffer's own at
 
 
 fm = Flagged()
-"""
+""" + CALLS_SOURCE
 
     def source(self) -> str:
         s = self.start
@@ -385,12 +496,13 @@ counter, reset = counting()
 """
         if self.hidden:
             head += self.hidden_source()
+        params = "x, y, n, s, acc" + (", hist=[], memo={}" if self.hidden else "")
         head += f"""
 
 def make():
     c = {lit(s['c'])}
 
-    def f(x, y, n, s, acc{", hist=[], memo={}" if self.hidden else ""}):
+    def f({params}):
         global G, GF, FLAG, CNT, GT{", MASK_K" if self.hidden else ""}
         nonlocal c
 """
@@ -400,13 +512,20 @@ def make():
     def set_c(v):
         nonlocal c
         c = v
-
-    return f, set_c
-
-
-f, set_c = make()
 """
-        return head + body + tail
+        if not self.hidden:
+            return head + body + tail + "\n    return f, set_c\n\n\nf, set_c = make()\n"
+        return head + body + tail + f"""
+    def f_alt({params}):  # code of f's signature and closure: `f.__code__ = f_alt.__code__`
+        return (x * c + y * G + GT, len(L))
+
+    return f, set_c, f_alt
+
+
+f, set_c, f_alt = make()
+F_CODE = f.__code__
+CALLED = {{"f": [f], "net": [net], "parts": [P1, P2], "loop": LOOP}}  # what the harness compiles, by target
+"""
 
 
 def _fill(rng: random.Random, template: str) -> str:
@@ -421,8 +540,9 @@ def _templates(hidden: bool, exclude: str | None) -> dict:
     pools = {"reads": READS, "conditions": CONDITIONS, "writes": WRITES, "changes": CHANGES,
              "returns": ["len(L)", "CNT", "c", "G", "D.get('s')", "obj.k"]}
     if hidden:
-        pools = {"reads": READS + HIDDEN_READS, "conditions": CONDITIONS + HIDDEN_CONDITIONS,
-                 "writes": WRITES + HIDDEN_WRITES, "changes": CHANGES + HIDDEN_CHANGES,
+        pools = {"reads": READS + HIDDEN_READS + CALL_READS,
+                 "conditions": CONDITIONS + HIDDEN_CONDITIONS + CALL_CONDITIONS,
+                 "writes": WRITES + HIDDEN_WRITES, "changes": CHANGES + HIDDEN_CHANGES + CALL_CHANGES,
                  "returns": pools["returns"] + HIDDEN_RETURNS}
     if exclude:
         pools = {k: [t for t in ts if not re.search(exclude, t)] for k, ts in pools.items()}
@@ -451,7 +571,8 @@ def _statement(rng: random.Random, names: list, k: int, pools: dict | None = Non
 
 def generate_state(seed: int, n_steps: int | None = None, hidden: bool = False,
                    exclude: str | None = None) -> StateProgram:
-    """A random program; `hidden`: with the HIDDEN_* state and templates too (the fuzz loop's mix);
+    """A random program; `hidden`: with the HIDDEN_* and CALL_* state and templates too (the fuzz loop's
+    mix), compiled as its drawn `target`;
     `exclude`: a regular expression, templates matching it are not drawn."""
     rng = random.Random(seed)
     pools = _templates(hidden, exclude)
@@ -469,7 +590,12 @@ def generate_state(seed: int, n_steps: int | None = None, hidden: bool = False,
     ret = rng.sample(tensors, min(len(tensors), rng.randint(1, 2)))
     ret += rng.sample(pools["returns"], rng.randint(0, 2))
     prog = StateProgram(rng.randrange(10 ** 6), rng.choice(B_SIZES), start, body, ret, hidden=hidden)
+    if hidden:
+        prog.target = rng.choices(list(TARGETS), weights=list(TARGETS.values()))[0]
+    own = [t for t in pools["changes"] if t in CALL_CHANGES and re.search(TARGET_CHANGES[prog.target], t)]
     for i in range(n_steps or rng.randint(8, 16)):
-        change = _fill(rng, rng.choice(pools["changes"])) if i and rng.random() < 0.5 else ""
+        change = ""
+        if i and rng.random() < 0.5:
+            change = _fill(rng, rng.choice(own if own and rng.random() < TARGET_BIAS else pools["changes"]))
         prog.steps.append(Step(change, rng.choice(A_SIZES), rng.choice(INTS), rng.randrange(10 ** 6)))
     return prog

@@ -7,7 +7,11 @@ dict, the object's and the module's attributes, parameters and buffers, the clos
 types and requires_grad. A program with the hidden state (gen_state.py `hidden`) also compares the
 `_`-named attributes, the class's attributes, the slots, the defaults, what the lru_cache functions
 hold (keys and values, read from the cache itself) and what the weak containers hold once garbage
-is collected. Failure classes are run.py's (wrong / crash / noraise / exc-type / leak /
+is collected, and what a call runs (gen_state.py CALLS_SOURCE: the module `net`'s attributes, the classes,
+the partials' keywords, the defaults, f's code). A hidden program's `target` says what is compiled and
+called each step: `f`, the module `net` (the compiled copy's `cnet` is the compiled module, so the
+caller's writes through it must reach `net`), two partials of one function, or four functions made in
+a loop, each compared after its call. Failure classes are run.py's (wrong / crash / noraise / exc-type / leak /
 hang). After a call that raised in both, the step ends the run: where an exception leaves half-done
 state is not compared.
 
@@ -108,6 +112,22 @@ def hidden_snapshot(ns: dict) -> dict:
         "tensor attributes": {k: val(dict(vars(t))) for k, t in (("m.w", ns["m"].w), ("m.buf", ns["m"].buf),
                                                                 ("fm.lin.weight", ns["fm"].lin.weight),
                                                                 ("fm.scale", ns["fm"].scale))},
+        "calls": calls_snapshot(ns),
+    }
+
+
+def calls_snapshot(ns: dict) -> dict:
+    """What a call runs (gen_state.CALLS_SOURCE): the module's and its block's plain attributes (`cnet.scale = 2`
+    must reach `net`), their classes, the partials' keywords, the defaults and f's code by name."""
+    net = ns["net"]
+    plain = (int, float, bool, str, torch.Tensor)
+    return {
+        "net": {k: _val(v) for k, v in vars(net).items() if k not in _MODULE_OWN and isinstance(v, plain)},
+        "net.blk": {k: _val(v) for k, v in vars(net.blk).items() if k not in _MODULE_OWN and isinstance(v, plain)},
+        "classes": (type(net).__name__, type(net.blk).__name__),
+        "keywords": [dict(p.keywords) for p in (ns["P1"], ns["P2"])],
+        "defaults": [fn.__defaults__ for fn in [ns["run_k"]] + ns["LOOP"]],
+        "code": ns["f"].__code__.co_name,
     }
 
 
@@ -163,10 +183,18 @@ def _change(ns: dict, src: str) -> None:
             pass
 
 
+def targets(ns: dict, prog: StateProgram) -> list:
+    """What the harness compiles and calls each step, in order: `f`, or (a hidden program) its target's
+    callables (gen_state.py CALLED: the module `net`, two partials, functions made in a loop)."""
+    return list(ns["CALLED"][prog.target]) if prog.hidden else [ns["f"]]
+
+
 def check_mode(prog: StateProgram, mode, steps=None) -> Failure | None:
     """The first failure of the compiled copy against the eager copy under `dynamic=mode`."""
     eager, comp = load_world(prog), load_world(prog)
-    cf = ds.compile(comp["f"], dynamic=mode)
+    cf = [ds.compile(fn, dynamic=mode) for fn in targets(comp, prog)]
+    if prog.hidden and prog.target == "net":  # the caller's writes through the compiled module (`cnet.scale = 2`)
+        comp["cnet"] = cf[0]
     texts = [ln for st in prog.body for ln in st] + [st.change for st in (prog.steps if steps is None else steps)]
     weak = prog.hidden and any("WV" in t or "WS" in t for t in texts)  # gc.collect() before reading them
     if weak:  # collect only what the calls make: a full collection of a long run's heap took seconds a call
@@ -178,37 +206,44 @@ def check_mode(prog: StateProgram, mode, steps=None) -> Failure | None:
             gc.unfreeze()
 
 
-def _check_steps(prog, mode, eager, comp, cf, weak, steps) -> Failure | None:
+def _check_steps(prog, mode, eager, comp, cfs, weak, steps) -> Failure | None:
     for i, step in enumerate(steps):
         _change(eager, step.change)
         _change(comp, step.change)
-        wargs = inputs(prog, step) + [eager["cfg"], eager["acc"]]  # s and acc: the same objects every call
-        gargs = inputs(prog, step) + [comp["cfg"], comp["acc"]]
-        want, werr = _run(eager["f"], wargs)
-        got, gerr = _run(cf, gargs)
-        if gerr is not None and werr is None:
-            return Failure("crash", mode, i, f"{type(gerr).__name__}: {gerr}", type(gerr).__name__)
-        if gerr is None and werr is not None:
-            return Failure("noraise", mode, i, f"eager raised {type(werr).__name__}: {werr}", type(werr).__name__)
-        if gerr is not None:
-            if type(gerr) is not type(werr):
-                return Failure("exc-type", mode, i, f"{type(gerr).__name__}: {gerr} (eager: {type(werr).__name__}: "
-                               f"{werr})", f"{type(werr).__name__}->{type(gerr).__name__}")
-            return None
-        if weak:  # what the weak containers hold: the tensors still referenced after the call
-            gc.collect()
-        try:
-            state, eager_state = snapshot(comp), snapshot(eager)
-        except Exception as e:  # noqa: BLE001 - state the compiled call left unreadable
-            return Failure("wrong", mode, i, f"state unreadable: {type(e).__name__}: {e}")
-        leak = find_leak(got) or find_leak(state, "state")
-        if leak:
-            return Failure("leak", mode, i, leak)
-        d = (difference(want, got) or difference(wargs[:3], gargs[:3], "inputs")
-             or difference(eager_state, state, "state"))
-        if d:
-            return Failure("wrong", mode, i, d)
+        for fn, cf in zip(targets(eager, prog), cfs):  # each target in turn: its results, then the state
+            f = _check_call(prog, mode, eager, comp, fn, cf, weak, step, i)
+            if f is not None:
+                return None if f == "raised" else f
     return None
+
+
+def _check_call(prog, mode, eager, comp, fn, cf, weak, step, i):
+    """The failure of one call of a target, "raised" when both raised alike (the run ends), or None."""
+    wargs = inputs(prog, step) + [eager["cfg"], eager["acc"]]  # s and acc: the same objects every call
+    gargs = inputs(prog, step) + [comp["cfg"], comp["acc"]]
+    want, werr = _run(fn, wargs)
+    got, gerr = _run(cf, gargs)
+    if gerr is not None and werr is None:
+        return Failure("crash", mode, i, f"{type(gerr).__name__}: {gerr}", type(gerr).__name__)
+    if gerr is None and werr is not None:
+        return Failure("noraise", mode, i, f"eager raised {type(werr).__name__}: {werr}", type(werr).__name__)
+    if gerr is not None:
+        if type(gerr) is not type(werr):
+            return Failure("exc-type", mode, i, f"{type(gerr).__name__}: {gerr} (eager: {type(werr).__name__}: "
+                           f"{werr})", f"{type(werr).__name__}->{type(gerr).__name__}")
+        return "raised"
+    if weak:  # what the weak containers hold: the tensors still referenced after the call
+        gc.collect()
+    try:
+        state, eager_state = snapshot(comp), snapshot(eager)
+    except Exception as e:  # noqa: BLE001 - state the compiled call left unreadable
+        return Failure("wrong", mode, i, f"state unreadable: {type(e).__name__}: {e}")
+    leak = find_leak(got) or find_leak(state, "state")
+    if leak:
+        return Failure("leak", mode, i, leak)
+    d = (difference(want, got) or difference(wargs[:3], gargs[:3], "inputs")
+         or difference(eager_state, state, "state"))
+    return Failure("wrong", mode, i, d) if d else None
 
 
 def check_state_program(prog: StateProgram, modes=MODES, stats=None, backend: str | None = None) -> list:
@@ -283,7 +318,7 @@ from tests.fuzz.state import check_state_program
 
 PROGRAM = StateProgram({p.seed}, {p.b}, {p.start!r}, {p.body!r}, {p.ret!r}, [
     {steps},
-]{", hidden=True" if p.hidden else ""})
+]{", hidden=True" if p.hidden else ""}{f", target={p.target!r}" if p.target != "f" else ""})
 
 if __name__ == "__main__":
     print(PROGRAM.source())

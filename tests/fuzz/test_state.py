@@ -17,6 +17,7 @@ import dynashape as ds
 from tests.fuzz import state as fuzz_state
 from tests.fuzz.driver import MIXED, Report
 from tests.fuzz.gen_state import generate_state
+from tests.fuzz.run import Failure
 from tests.fuzz.state import check_state_program, reduce_state, script
 
 STATE_BUDGET = float(os.environ.get("DYNASHAPE_FUZZ_STATE_SECONDS", "15"))
@@ -24,8 +25,12 @@ STATE_SEED = 20261127
 HIDDEN_BUDGET = float(os.environ.get("DYNASHAPE_FUZZ_STATE_HIDDEN_SECONDS", "6"))
 HIDDEN_FUZZ_SEED = 20261128
 HIDDEN_SEED = 1000  # the family programs' first seed (test_a_program_of_each_hidden_family_...)
-# templates over state with a known bug, left out of the hidden fixed-seed run until it is fixed (none)
-KNOWN_BUGS = None
+# templates over state with a known bug, left out of the hidden fixed-seed run until it is fixed: the
+# compiled module's `training` read after `net.eval()`, f's code replaced where f is a helper of the
+# compiled target (f's own code replaced passes), a compiled partial's function's default, a class forward
+# patched after the recompile limit, a partial's keyword changed to an equal number of another type or sign
+# (KNOWN_CALL_BUGS below; the families' fixed programs, CALL_FAMILIES, cover the templates left out)
+KNOWN_BUGS = r"cnet\.training|__code__|run_k\.__defaults__|Net\.forward = forward_alt|keywords\["
 
 
 @pytest.mark.skipif(STATE_BUDGET <= 0, reason="DYNASHAPE_FUZZ_STATE_SECONDS=0")
@@ -173,10 +178,10 @@ def test_a_program_of_each_hidden_family_compiled_matches_eager_results_and_stat
 
 
 def _a_hidden_program():
-    """A hidden program whose first two calls run eagerly, for the oracle tests."""
+    """A hidden program compiling `f` whose first two calls run eagerly, for the oracle tests."""
     for s in range(200):
         p = generate_state(s, hidden=True, n_steps=2)
-        if _first_call_runs(p):
+        if p.target == "f" and _first_call_runs(p):
             return p
     raise AssertionError("no hidden program runs")
 
@@ -248,3 +253,88 @@ def test_hidden_programs_read_and_change_parameters_own_attributes():
     text = "\n".join(_text(p) for p in progs)
     for needle in ("fm(", "getattr(m.w, 'flag', 0)", "fm.lin.weight.flag = ", "del fm.lin.weight.flag", "fm.scale.meta"):
         assert needle in text, needle
+
+
+# ---- what a call runs (gen_state.py CALLS_SOURCE and the program's `target`): the caller changes, between
+# calls, the module's forward and class, a user class's methods, a partial's keywords, defaults left out,
+# a function's code, and writes through the compiled module
+
+CALL_FAMILIES = {  # family: (target, f's statements, returns, the caller's changes before each call)
+    "a module's forward and class": ("net", [["t0 = x * G + y"], ["t1 = net.blk(t0)"]], ["t1"], [
+        "", "net.forward = types.MethodType(forward_alt, net)", "net.forward = functools.partial(forward_alt, net)",
+        "vars(net).pop('forward', None)", "net.__class__ = Net2", "net.__class__ = Net", "Net.forward = forward_alt",
+        "Net.forward = NET_FORWARD", "Block.act = act_alt", ""]),
+    "a submodule's class and a user class's methods": ("f", [["t0 = x * G + y"], ["t1 = net.blk(t0)"]], ["t1"], [
+        "", "Block.act = act_alt", "Block.forward = block_forward_alt", "net.blk.__class__ = Block2",
+        "Block.act = BLOCK_ACT", "net.blk.__class__ = Block", ""]),
+    "partials of one function": ("parts", [["t0 = x * G + y"]], ["t0", "CNT"], [
+        "", "", "P2.keywords['shift'] = 5.0", "P1.keywords['shift'] = -2", "P2.keywords.pop('shift', None)", ""]),
+    "defaults left out": ("loop", [["t0 = x * G + y"]], ["t0"], [
+        "", "LOOP[0].__defaults__ = (5,)", "LOOP[1].__defaults__ = (-1,)", "LOOP[1].__defaults__ = (7,)",
+        "LOOP[1].__defaults__ = (-0.0,)", "LOOP[0].__defaults__ = (0.5,)", ""]),
+    "a function's code replaced": ("f", [["t0 = x * G + y"], ["CNT += 1"]], ["t0", "CNT"], [
+        "", "f.__code__ = f_alt.__code__", "", "f.__code__ = F_CODE", ""]),
+    "writes through the compiled module": ("net", [["t0 = x * net.scale + y"]], ["t0"], [
+        "", "cnet.scale = 5.0", "cnet.tag = 3", "cnet.eval()", "net.mode = cnet.training", "cnet.train()",
+        "net.mode = cnet.training", ""]),
+    "the module's mode read through the compiled module": ("net", [["t0 = x + y"]], ["t0"], [
+        "", "net.eval()", "net.mode = cnet.training", ""]),
+    "a helper's code replaced": ("loop", [["t0 = x * G + y"]], ["t0"], [
+        "", "f.__code__ = f_alt.__code__", "", "f.__code__ = F_CODE", ""]),
+    "a partial's function's default left out": ("parts", [["t0 = x * G + y"]], ["t0"], [
+        "", "run_k.__defaults__ = (1.0,)", "run_k.__defaults__ = (-0.0,)", ""]),
+    "a class forward patched after the recompile limit": ("net", [["hist.append(n)"], ["t0 = x + len(hist)"]],
+                                                          ["t0"], [""] * 10 + ["Net.forward = forward_alt", ""]),
+    "a partial's keyword changed to an equal number": ("parts", [["t0 = x * G + y"]], ["t0"], [
+        "", "P2.keywords['shift'] = -0.0", "", "P2.keywords['shift'] = 0", ""]),
+}
+KNOWN_CALL_BUGS = {  # xfail(strict): a fix turns them into passes, to be unmarked
+    "the module's mode read through the compiled module": "cnet.training is the flag the wrapper copied at "
+    "ds.compile or its own train()/eval(), not the module's: `net.eval()` after compiling leaves it True "
+    "(torch.compile's wrapper reads the module's)",
+    "a helper's code replaced": "only the compiled function's own `__code__` is checked: a helper it calls (f, "
+    "called by the loop's functions) whose code is replaced keeps its traced code (fuzz seed 303)",
+    "a partial's function's default left out": "ds.compile(partial(run_k, 2.0)) bakes run_k's default `shift` "
+    "(neither the partial nor the caller passes it): `run_k.__defaults__ = (1.0,)` is not seen (fuzz seed 404)",
+    "a class forward patched after the recompile limit": "past the recompile limit the compiled module runs "
+    "the forward it had eagerly: `Net.forward = forward_alt` is ignored (fuzz seed 404)",
+    "a partial's keyword changed to an equal number": "a partial's keywords are guarded by ==: -0.0, then 0, "
+    "returns -0.0 where eager returns the int 0 (fuzz seed 303)",
+}
+
+
+def _call_program(family, start=HIDDEN_SEED):
+    """A fixed program of a call family: the module, data and sizes of a generated hidden program, the
+    target, statements and steps fixed."""
+    from tests.fuzz.gen_state import Step
+    target, body, ret, changes = CALL_FAMILIES[family]
+    p = generate_state(start, hidden=True)
+    p.target, p.body, p.ret = target, body, ret
+    p.steps = [Step(c, 3, 1, 200 + i) for i, c in enumerate(changes)]  # one size: a stale entry is not retraced
+    return p
+
+
+@pytest.mark.filterwarnings("ignore")
+@pytest.mark.parametrize("family", [
+    pytest.param(f, marks=pytest.mark.xfail(strict=True, reason=KNOWN_CALL_BUGS[f])) if f in KNOWN_CALL_BUGS else f
+    for f in CALL_FAMILIES])
+def test_a_program_of_each_call_family_compiled_matches_eager_results_and_state(family):
+    """Before the fix (823985b) the compiled module ran its class's forward as of `ds.compile` and kept a
+    patched submodule's traced code, a compiled partial ran another partial's entries and missed its
+    keywords, a default left out was baked, a replaced `__code__` kept the old graph, and `cnet.tag = 3`
+    stayed on the wrapper (`cnet.training` True for an eval module)."""
+    fails = check_state_program(_call_program(family), modes=(None, True), backend="eager")
+    assert not fails, script(fails[0])
+
+
+def test_hidden_programs_compile_every_target_and_draw_its_changes():
+    progs = [generate_state(s, hidden=True) for s in range(80)]
+    assert {p.target for p in progs} == {"f", "net", "parts", "loop"}
+    text = "\n".join(_text(p) for p in progs)
+    for needle in ("net.forward = ", "net.__class__ = Net2", "Block.act = act_alt", "P2.keywords['shift'] = ",
+                   "LOOP[1].__defaults__ = ", "f.__code__ = f_alt.__code__", "cnet.", "net.blk("):
+        assert needle in text, needle
+    p = next(p for p in progs if p.target == "net")
+    ns = {"__name__": "repro"}  # a reduced script compiles the same target
+    exec(compile(script(Failure("wrong", None, 0, "", program=p, calls=p.steps)), "<script>", "exec"), ns)
+    assert ns["PROGRAM"].target == "net" and ns["PROGRAM"].source() == p.source()
