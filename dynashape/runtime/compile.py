@@ -260,7 +260,7 @@ class CompiledFunction:
         if self._fell_back and not kwargs:  # past the limit: sizes seen to miss every entry run eagerly at once
             key = _eager_key(args)
             if key in self._eager_keys:
-                return self._fn(*args, **kwargs)
+                return self._eager(args, kwargs)
         L = self._to_L(args) if len(args) == self._arity and not kwargs else self._bind(args, kwargs)
         shape = ((len(args), tuple(kwargs)) if kwargs else len(args)) if self._shape_matters else 0
         entries = self._cache.entries
@@ -283,12 +283,21 @@ class CompiledFunction:
                 # the next call with these sizes skips binding and the lookup. Sound whatever else the
                 # guards check: running eagerly is always right, a call an entry would have taken included
                 self._eager_keys.add(_eager_key(args))
-            return self._fn(*args, **kwargs)
+            return self._eager(args, kwargs)
         if stance == "eager_then_compile" and not self._ran_eagerly and not self.entries:
             self._ran_eagerly = True
             self.frame_state.update(L)  # the compile on the next call sees what already varied
             return self._fn(*args, **kwargs)
         return self._miss(L, args, kwargs, stance)
+
+    def _eager(self, args, kwargs):
+        """The call run eagerly past the recompile limit: what `m(...)` calls now, for a module's forward
+        (its class's forward may have been patched since this function was compiled)."""
+        if self._current is not None:
+            now = self._current()
+            if now is not self:
+                return now(*args[1:], **kwargs)
+        return self._fn(*args, **kwargs)
 
     def _recode(self) -> None:
         """The function's code was replaced: compile the new code, in the cache of its own code object."""

@@ -38,7 +38,7 @@ class CompiledModule(torch.nn.Module):
         self._current_forward()
         object.__setattr__(self, "_direct_at", -1)  # the module epoch at which a call could go straight in
         object.__setattr__(self, "_hook_dicts", ())  # this module's, the original's and the global hook dicts
-        object.__setattr__(self, "training", mod.training)  # `ds.compile(model.eval()).training` was True
+        self.__dict__["training"] = mod.training  # `ds.compile(model.eval()).training` was True
 
     def _current_forward(self) -> "CompiledFunction":
         """The compiled form of what `inner(...)` calls now, made current: `inner.forward` set on the
@@ -123,10 +123,9 @@ class CompiledModule(torch.nn.Module):
     # and what its class defines (methods, properties) stay the wrapper's
     def __setattr__(self, name, value):
         orig = self.__dict__.get("_modules", {}).get("_orig_mod")
-        if name == "training":  # cm.train() / cm.eval(): the module's, and kept here (what guards of a trace
-            if orig is not None:  # through this wrapper read)
-                orig.training = value
-            return super().__setattr__(name, value)
+        if name == "training":
+            self._set_training(value)
+            return None
         if name in _OWN or hasattr(type(self), name) or orig is None:
             return super().__setattr__(name, value)
         setattr(orig, name, value)
@@ -135,6 +134,26 @@ class CompiledModule(torch.nn.Module):
         if name in _OWN or hasattr(type(self), name):
             return super().__delattr__(name)
         delattr(self._orig_mod, name)
+
+
+    @property
+    def training(self) -> bool:
+        """The module's mode (`net.eval()` on the original is the wrapper's too, as torch.compile's says).
+        Mirrored in this wrapper's `__dict__`, which a trace through the wrapper reads as module state."""
+        orig = self.__dict__.get("_modules", {}).get("_orig_mod")
+        mode = True if orig is None else orig.training
+        self.__dict__["training"] = mode
+        return mode
+
+    @training.setter
+    def training(self, mode: bool) -> None:
+        self._set_training(mode)
+
+    def _set_training(self, mode: bool) -> None:  # cm.train() / cm.eval(): the module's
+        orig = self.__dict__.get("_modules", {}).get("_orig_mod")
+        if orig is not None:
+            orig.training = mode
+        self.__dict__["training"] = mode
 
 
 _OWN = frozenset({"_orig_mod", "_inner", "_compiled", "_call", "_direct_at", "_hook_dicts", "_opts", "_variants"})

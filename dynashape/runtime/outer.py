@@ -129,6 +129,8 @@ class Outer:
             self.modules += [(_sub(src, n), m) for n, m in v.named_modules()]
         elif isinstance(v, (types.FunctionType, types.BuiltinFunctionType, type)):
             tracer.value_inputs.append(_ident(src, v))  # a rebound helper function or class recompiles
+            if isinstance(v, types.FunctionType) and not _library(v):  # and one whose code was replaced
+                tracer.value_inputs.append(_ident(AttrSource(src, "__code__"), v.__code__))  # (autoreload)
             if isinstance(v, types.FunctionType) and not _library(v):
                 state.function(v, src)  # its cells: read (guarded) and written (replayed) by the trace
             elif isinstance(v, type):  # a class of the user's: its attributes (`Counted.scale += 0.5`) too

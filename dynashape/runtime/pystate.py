@@ -38,7 +38,7 @@ from ..tracing.errors import GraphBreak
 from ..tracing.outputs import Template, build, builder
 from ..tracing.pyenv import IteratorStandIn, WeakStandIn
 from .annotations import ANY as _MARKED_ANY
-from .pystate_classes import _ATOMIC, _PLAIN, ClassState, _library_class, _plain
+from .pystate_classes import _ATOMIC, _PLAIN, ClassState, _library_class, _plain, exact_text, _exactly
 from .pystate_containers import _CellDict, _contents, _position, _set_items, _slot, _target
 from .pystate_why import _module_attributes_text, _why_attrs, _why_dicts, _why_keys, _why_modules, _why_replaced
 
@@ -171,6 +171,8 @@ class PyState(ClassState):
         if isinstance(v, _PLAIN):
             if v is None or isinstance(v, bool):
                 self._check(f"{var} is {v}", f"{src.pretty()} is {v}")
+            elif type(v) is float:  # by its text: -0.0 is not 0.0 (`x * s`), and a NaN is a NaN
+                self._check(f"type({var}) is float and repr({var}) == {exact_text(v)!r}", f"{src.pretty()} == {v!r}")
             else:
                 self._check(f"type({var}) is {type(v).__name__} and {var} == {self._const(v)}",
                             f"{src.pretty()} == {v!r}")
@@ -208,8 +210,8 @@ class PyState(ClassState):
                 self._check(f"type({var}) is {t} and list({var}) == {self._const(copy.deepcopy(list(v)))}", f"{src.pretty()} == {v!r}")
                 return
             if _plain(v):
-                self._check(f"type({var}) is {t} and {var} == {self._const(copy.deepcopy(list(v) if type(v) is list else v))}",
-                            f"{src.pretty()} == {v!r}")
+                self._check(f"type({var}) is {t} and {var} == {self._const(copy.deepcopy(list(v) if type(v) is list else v))}"
+                            + _exactly(var, v), f"{src.pretty()} == {v!r}")
                 self._contain_nested(v, src)
                 return
             self._check(f"type({var}) is {t} and len({var}) == {len(v)}",
@@ -225,7 +227,8 @@ class PyState(ClassState):
                 return
             self._contain("dict", v, src)
             if _plain(v):
-                self._check(f"type({var}) is {t} and {var} == {self._const(copy.deepcopy(dict(v)))}", f"{src.pretty()} == {v!r}")
+                self._check(f"type({var}) is {t} and {var} == {self._const(copy.deepcopy(dict(v)))}" + _exactly(var, v),
+                            f"{src.pretty()} == {v!r}")
                 self._contain_nested(v, src)
                 return
             self._check(f"type({var}) is {t} and tuple({var}) == {self._const(tuple(v))}",
@@ -261,6 +264,7 @@ class PyState(ClassState):
         if type(v) is functools.partial:  # the same partial (func and args are read-only), and what its
             self._check(f"{var} is {self._const(v, 'o')}", f"{src.pretty()} is the same partial")  # keywords
             self._child(v.args, AttrSource(src, "args"), f"{var}.args", depth)  # dict and args hold now
+            self._child(v.func, AttrSource(src, "func"), f"{var}.func", depth)  # (its defaults: eager reads them)
             self._child(v.keywords, AttrSource(src, "keywords"), f"{var}.keywords", depth)
             return
         d = vars_or_none(v)
@@ -433,7 +437,7 @@ class PyState(ClassState):
             self.lines.append(f"{tv} = ({get},)")
             vals = tuple(x for _, x in plain)
             self._check(f"{tv} == {self._const(vals, 'vals')} and tuple(map(type, {tv})) == "
-                        f"{self._const(tuple(map(type, vals)), 'types')}",
+                        f"{self._const(tuple(map(type, vals)), 'types')}" + _exactly(tv, vals, typed=True),
                         _why_attrs(self._reader(src), src, plain))
         for k, x in rest:
             if module and isinstance(x, torch.nn.Module):
@@ -492,7 +496,7 @@ class PyState(ClassState):
             ks = self._const(keys, "mks")
             self.module_lines.append(f"mp_ = tuple(map(_get, {ds_}, {ks}))")
             self._check_module(f"mp_ == {self._const(vals, 'vals')} and tuple(map(type, mp_)) == "
-                               f"{self._const(tuple(map(type, vals)), 'types')}", _why_modules(self._mod_plain),
+                               f"{self._const(tuple(map(type, vals)), 'types')}" + _exactly("mp_", vals, typed=True), _why_modules(self._mod_plain),
                                functools.partial(_module_attributes_text, list(self._mod_plain)))
         members = []  # (module __dict__, name, the dict it holds, source)
         for m, src in self._walked:

@@ -48,6 +48,48 @@ def _plain(v) -> bool:
     return False
 
 
+def _exactly(var: str, v, typed: bool = False) -> str:
+    """The clause that makes `var == v` exact where `==` is not (exact_text). `typed`: `v` is a tuple whose
+    items' types the check compares already (then only floats and numbers in nested containers count)."""
+    if typed:  # only the items `==` may take for another: floats, and numbers inside containers
+        idx = [i for i, x in enumerate(v) if type(x) is float or type(x) in (list, tuple, dict)
+               and _repr_exact(x) and _numbers_inside(x, top=True)]
+        if not idx:
+            return ""
+        picked = "(" + "".join(f"{var}[{i}], " for i in idx) + ")"
+        return f" and repr({picked}) == {repr(tuple(v[i] for i in idx))!r}"
+    text = exact_text(v)
+    return "" if text is None else f" and repr({var}) == {text!r}"
+
+
+def exact_text(v) -> str | None:
+    """repr(v) where `==` on plain values is not exact and repr is: a float's sign of zero (`-0.0 == 0`),
+    and a number's type inside a container (`[1] == [1.0] == [True]`), which decide eager's results
+    (`x * -0.0`, an int or float dtype). None where `==` is exact already (no float inside, no number in a
+    container) or repr is not canonical (a set's order)."""
+    if type(v) is float:
+        return repr(v)
+    if not _repr_exact(v) or not _numbers_inside(v, top=True):
+        return None
+    return repr(v)
+
+
+def _repr_exact(v) -> bool:
+    if type(v) in (list, tuple):
+        return all(_repr_exact(x) for x in v)
+    if type(v) is dict:
+        return all(_repr_exact(x) for x in v.values())
+    return isinstance(v, (bool, int, float, str, bytes, type(None), complex)) or isinstance(v, _ATOMIC)
+
+
+def _numbers_inside(v, top=False) -> bool:
+    if type(v) in (list, tuple):
+        return any(_numbers_inside(x) for x in v)
+    if type(v) is dict:
+        return any(_numbers_inside(x) for x in v.values())
+    return type(v) is float if top else isinstance(v, (int, float, complex))
+
+
 _LIBRARY_CLASSES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 

@@ -382,6 +382,57 @@ def test_a_default_the_caller_leaves_out_is_guarded_by_value(dynamic):
         torch.testing.assert_close(ds.compile(h, dynamic=dynamic)(x), h(x))
 
 
+def _helper(x):
+    return x * 2
+
+
+def test_a_helper_whose_code_is_replaced_and_a_partial_s_function_default_are_guarded():
+    def f(x):
+        return _helper(x) + 1
+    cf = ds.compile(f)
+    x = torch.ones(3)
+    torch.testing.assert_close(cf(x), f(x))
+    old = _helper.__code__
+    _helper.__code__ = (lambda x: x * 3).__code__  # autoreload updates every function of a module so
+    try:
+        torch.testing.assert_close(cf(x), f(x))
+    finally:
+        _helper.__code__ = old
+
+    def run_k(k, x, shift=0.0):
+        return x * k + shift
+    p = functools.partial(run_k, 2.0)
+    cp = ds.compile(p)
+    cp(x)
+    for d in (1.0, 5.0, -0.0):
+        run_k.__defaults__ = (d,)
+        torch.testing.assert_close(cp(x), p(x))
+
+
+def test_plain_values_of_equal_value_but_another_type_or_sign_of_zero_are_not_the_traced_ones():
+    class Cfg:
+        def __init__(self):
+            self.eps, self.n, self.sizes = 0.0, 2, [1, 2]
+    cfg, table = Cfg(), {"k": 1}
+
+    def f(x):
+        return x * cfg.eps + cfg.n * table["k"] + cfg.sizes[0]
+    cf = ds.compile(f)
+    x = torch.ones(2)
+    for change in (lambda: None, lambda: setattr(cfg, "eps", -0.0), lambda: setattr(cfg, "eps", 0.0),
+                   lambda: table.__setitem__("k", 1.0), lambda: table.__setitem__("k", True),
+                   lambda: cfg.sizes.__setitem__(0, 1.0)):
+        change()
+        got, want = cf(x), f(x)
+        assert got.dtype == want.dtype and str(got) == str(want)  # (-0. prints as such)
+    p = functools.partial(lambda x, shift: (x + shift, shift), shift=-0.0)
+    cp = ds.compile(p)
+    for v in (-0.0, 0, 0.0):
+        p.keywords["shift"] = v
+        (gt, gs), (wt, ws) = cp(x), p(x)
+        assert repr(gs) == repr(ws) and str(gt) == str(wt)
+
+
 def test_a_function_whose_code_is_replaced_runs_the_new_code():
     def q(x):
         return x * 2

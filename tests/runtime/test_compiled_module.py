@@ -160,3 +160,25 @@ def test_a_library_module_class_s_forward_patched_after_compiling_runs(backend):
         torch.nn.Linear.forward = orig
     _same(cm, m, x)
     assert cm.stats.compiles == 2  # the first entry serves the restored class again
+
+
+def test_the_wrapper_s_mode_follows_the_module_s():
+    m = M()
+    cm = ds.compile(m)
+    m.eval()  # on the original, after compiling
+    assert cm.training is False
+    m.train()
+    assert cm.training is True
+
+
+def test_a_class_forward_patched_past_the_recompile_limit_runs_eagerly_as_patched():
+    class N(torch.nn.Module):
+        def forward(self, x):
+            return x * 2
+    n = N()
+    with ds.config.patch(recompile_limit=1, automatic_dynamic_shapes=False):
+        cn = ds.compile(n, dynamic=False)
+        for k in (2, 3, 4):  # past the limit: eager
+            torch.testing.assert_close(cn(torch.ones(k)), n(torch.ones(k)))
+        N.forward = lambda self, x: x * 5
+        torch.testing.assert_close(cn(torch.ones(4)), n(torch.ones(4)))
