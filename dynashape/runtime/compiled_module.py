@@ -47,7 +47,9 @@ class CompiledModule(torch.nn.Module):
         keys, its class, the class's functions) and its miss asks this again (`_current`)."""
         inner = self._inner
         own = inner.__dict__.get("forward")
-        if own is None:  # the class's: called with the module as `self`
+        if self._custom_call():  # `m(x)` runs the class's own __call__ (hooks and forward inside it, traced)
+            key, bound = type(inner).__call__, True
+        elif own is None:  # the class's: called with the module as `self`
             key, bound = type(inner).forward, True
         elif isinstance(own, CompiledFunction) and any(own is v for v in self._variants.values()):
             return own  # our own, for the call (ForwardSwap)
@@ -71,6 +73,10 @@ class CompiledModule(torch.nn.Module):
             object.__setattr__(self, "_call", cf.__call__)  # bound once: a call fewer than cf(...)
         return cf
 
+    def _custom_call(self) -> bool:
+        """The module's class defines its own `__call__`: that is what eager's `m(x)` runs."""
+        return self._orig_mod is self._inner and type(self._inner).__call__ is not torch.nn.Module.__call__
+
     def __reduce__(self):
         # copy.deepcopy, pickle, torch.save: the original module and the options travel, compiled code does not
         # (a copy compiles on its first call, as torch.compile's OptimizedModule does); hooks on this wrapper too
@@ -79,7 +85,7 @@ class CompiledModule(torch.nn.Module):
 
     def forward(self, *args, **kwargs):
         orig, inner = self._orig_mod, self._inner
-        if orig is inner and not _wrappers.has_hooks(orig):
+        if orig is inner and (not _wrappers.has_hooks(orig) or self._custom_call()):  # (its hooks: in the trace)
             return self._compiled(*args, **kwargs)
         with _wrappers.ForwardSwap(inner, self._compiled):  # the original's call: hooks, DDP's bookkeeping
             return orig(*args, **kwargs)

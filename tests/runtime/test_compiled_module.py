@@ -182,3 +182,20 @@ def test_a_class_forward_patched_past_the_recompile_limit_runs_eagerly_as_patche
             torch.testing.assert_close(cn(torch.ones(k)), n(torch.ones(k)))
         N.forward = lambda self, x: x * 5
         torch.testing.assert_close(cn(torch.ones(4)), n(torch.ones(4)))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_module_class_with_its_own_call_runs_it(backend):
+    class C(torch.nn.Module):
+        def forward(self, x):
+            return x * 2
+
+        def __call__(self, x):  # what eager's c(x) runs
+            return super().__call__(x) + 100
+    c = C()
+    cc = ds.compile(c, backend=backend)
+    x = torch.ones(3)
+    _same(cc, c, x)
+    c.register_forward_hook(lambda mod, args, out: out * 3)
+    _same(cc, c, x)
+    torch.testing.assert_close(cc(torch.ones(5)), c(torch.ones(5)))
