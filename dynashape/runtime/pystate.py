@@ -255,6 +255,7 @@ class PyState(ClassState):
             self._check(f"type({var}) is {t} and {var}.__code__ is {self._const(v.__code__, 'code')}",
                         f"{src.pretty()} is a function of {v.__qualname__}'s code")
             self._walk_cells(v, src, var, depth, int_policy=True)
+            self._attrs(v, src, var, depth)
             return
         if isinstance(v, types.MethodType):
             self._check(f"type({var}) is {t} and {var}.__func__ is {self._const(v.__func__, 'o')}",
@@ -294,14 +295,16 @@ class PyState(ClassState):
     def function(self, fn, src: Source) -> None:
         """A helper function the trace may call (a global; its identity is guarded by the caller):
         what its closure cells hold is guarded, and a store to them (`nonlocal n; n += 1`) is
-        replayed at run time like an attribute write."""
-        if not (fn.__closure__ or fn.__defaults__ or fn.__kwdefaults__) or id(fn) in self._seen:
+        replayed at run time like an attribute write; and so are its own attributes (`helper.scale`,
+        `f.calls = f.calls + 1`: notebooks keep state on functions)."""
+        if id(fn) in self._seen:
             return
         self._seen[id(fn)] = src
         self._keep.append(fn)
         var = self._name("v")
         self.lines.append(f"{var} = {src.name()}")
         self._walk_cells(fn, src, var, 0)
+        self._attrs(fn, src, var, 0)
 
     def _walk_cells(self, fn, src, var, depth, int_policy=False) -> None:
         """Its closure cells (containers: stores replayed), and its default values (`f.__defaults__ =

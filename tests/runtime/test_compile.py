@@ -409,6 +409,31 @@ def test_a_helper_whose_code_is_replaced_and_a_partial_s_function_default_are_gu
         torch.testing.assert_close(cp(x), p(x))
 
 
+def _tagged(x):
+    return x * 2
+
+
+def test_a_function_s_own_attributes_are_guarded_and_its_writes_replayed():
+    def f(x):
+        f.calls = getattr(f, "calls", 0) + 1  # notebooks keep state on functions
+        return _tagged(x) + getattr(_tagged, "tag", 0.0) + (1 if hasattr(_tagged, "flag") else -1)
+    cf = ds.compile(f)
+    x = torch.ones(3)
+    try:
+        for step in range(4):
+            if step == 1:
+                _tagged.tag = 7.0
+            if step == 2:
+                _tagged.flag = True
+            f.calls = 10 * step
+            want = f(x)
+            f.calls = 10 * step
+            torch.testing.assert_close(cf(x), want)
+            assert f.calls == 10 * step + 1
+    finally:
+        _tagged.__dict__.clear()
+
+
 def test_plain_values_of_equal_value_but_another_type_or_sign_of_zero_are_not_the_traced_ones():
     class Cfg:
         def __init__(self):
