@@ -39,7 +39,7 @@ from ..tracing.outputs import Template, build, builder
 from ..tracing.pyenv import IteratorStandIn, WeakStandIn
 from .annotations import ANY as _MARKED_ANY
 from .pystate_classes import _ATOMIC, _PLAIN, ClassState, _library_class, _plain, exact_text, _exactly
-from .pystate_containers import _CellDict, _contents, _position, _set_items, _slot, _target
+from .pystate_containers import _contents, _position, _set_items, _slot, _target
 from .pystate_why import _module_attributes_text, _why_attrs, _why_dicts, _why_keys, _why_modules, _why_replaced
 
 # loggers and their machinery: what the user's code asks of them (a record, isEnabledFor) is decided
@@ -291,38 +291,6 @@ class PyState(ClassState):
             if type(x) in (list, dict) and _key_ok(k) and id(x) not in self.readers:
                 self.container("list" if type(x) is list else "dict", x, ItemSource(src, k))
                 self._contain_nested(x, ItemSource(src, k))
-
-    def function(self, fn, src: Source) -> None:
-        """A helper function the trace may call (a global; its identity is guarded by the caller):
-        what its closure cells hold is guarded, and a store to them (`nonlocal n; n += 1`) is
-        replayed at run time like an attribute write; and so are its own attributes (`helper.scale`,
-        `f.calls = f.calls + 1`: notebooks keep state on functions)."""
-        if id(fn) in self._seen:
-            return
-        self._seen[id(fn)] = src
-        self._keep.append(fn)
-        var = self._name("v")
-        self.lines.append(f"{var} = {src.name()}")
-        self._walk_cells(fn, src, var, 0)
-        self._attrs(fn, src, var, 0)
-
-    def _walk_cells(self, fn, src, var, depth, int_policy=False) -> None:
-        """Its closure cells (containers: stores replayed), and its default values (`f.__defaults__ =
-        (3,)` between calls changes what a call that omits the argument gets: guarded)."""
-        for attr in ("__defaults__", "__kwdefaults__"):
-            if getattr(fn, attr) is not None:
-                self._child(getattr(fn, attr), AttrSource(src, attr), f"{var}.{attr}", depth)
-        for i, cell in enumerate(fn.__closure__ or ()):
-            cell_src = ItemSource(AttrSource(src, "__closure__"), i)
-            self.container("cell", cell, cell_src)
-            try:
-                x = cell.cell_contents
-            except ValueError:
-                continue
-            csrc = AttrSource(cell_src, "cell_contents")
-            if int_policy and type(x) is int and self._int_cell(cell, x, csrc):
-                continue
-            self._child(x, csrc, f"{var}.__closure__[{i}].cell_contents", depth, (_CellDict(cell), "cell_contents"))
 
     def container(self, kind: str, obj, src: Source) -> None:
         """A list, dict, object (`attrs`) or closure cell (`cell`) whose changes by the trace are

@@ -26,7 +26,7 @@ from ..symbolic.sources import AttrSource, ItemSource, Source
 from ..symbolic.userloc import is_library_file
 from ..tracing.errors import GraphBreak
 from ..tracing.cached import CachedStandIn, is_user_cache
-from .pystate_containers import _AttrDict, slot_names
+from .pystate_containers import _AttrDict, _CellDict, slot_names
 
 _PLAIN = (bool, int, float, str, bytes, type(None), complex)
 _ATOMIC = (torch.dtype, torch.device, torch.layout, torch.memory_format, enum.Enum, torch.Size)
@@ -133,8 +133,8 @@ def class_dict(klass) -> dict:
 
 
 class ClassState:
-    """PyState's methods for classes and slots (needs its _seen, _keep, env, ignored, tracer, containers,
-    _snap, _const, _check, _child, container, _swap_in)."""
+    """PyState's methods for classes, slots and functions (needs its _seen, _keep, env, ignored, tracer,
+    containers, _snap, _const, _check, _child, container, _swap_in, _name, lines, _attrs, _int_cell)."""
 
     def _library_forwards(self, cls) -> None:
         """A library module class's `forward` (nn.Linear's, a transformers block's), by identity: patching
@@ -151,6 +151,38 @@ class ClassState:
             self.ns["_is"] = operator.is_
             self._check_module(f"_is({cd}.get('forward'), {self._const(vars(klass).get('forward'), 'fw')})",
                                f"{klass.__qualname__}.forward is the one traced (it was replaced since)", None)
+
+    def function(self, fn, src: Source) -> None:
+        """A helper function the trace may call (a global; its identity is guarded by the caller):
+        what its closure cells hold is guarded, and a store to them (`nonlocal n; n += 1`) is
+        replayed at run time like an attribute write; and so are its own attributes (`helper.scale`,
+        `f.calls = f.calls + 1`: notebooks keep state on functions)."""
+        if id(fn) in self._seen:
+            return
+        self._seen[id(fn)] = src
+        self._keep.append(fn)
+        var = self._name("v")
+        self.lines.append(f"{var} = {src.name()}")
+        self._walk_cells(fn, src, var, 0)
+        self._attrs(fn, src, var, 0)
+
+    def _walk_cells(self, fn, src, var, depth, int_policy=False) -> None:
+        """Its closure cells (containers: stores replayed), and its default values (`f.__defaults__ =
+        (3,)` between calls changes what a call that omits the argument gets: guarded)."""
+        for attr in ("__defaults__", "__kwdefaults__"):
+            if getattr(fn, attr) is not None:
+                self._child(getattr(fn, attr), AttrSource(src, attr), f"{var}.{attr}", depth)
+        for i, cell in enumerate(fn.__closure__ or ()):
+            cell_src = ItemSource(AttrSource(src, "__closure__"), i)
+            self.container("cell", cell, cell_src)
+            try:
+                x = cell.cell_contents
+            except ValueError:
+                continue
+            csrc = AttrSource(cell_src, "cell_contents")
+            if int_policy and type(x) is int and self._int_cell(cell, x, csrc):
+                continue
+            self._child(x, csrc, f"{var}.__closure__[{i}].cell_contents", depth, (_CellDict(cell), "cell_contents"))
 
     def _class_attrs(self, cls, src: Source) -> None:
         """The user's own classes of an object: plain attributes guarded by value (`self.use_cache_default`
