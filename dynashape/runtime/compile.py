@@ -481,6 +481,7 @@ class CompiledFunction:
                         rngs.check()  # one it drew from breaks: its draws would be baked into the graph
                         outer.check()
                     state.environ(environ_reads)
+                    state.ran_methods(outer._codes)
                 finally:
                     state.restore()  # nothing of the trace stays in the user's objects
                     rngs.restore()

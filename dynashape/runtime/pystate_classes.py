@@ -184,6 +184,19 @@ class ClassState:
                 continue
             self._child(x, csrc, f"{var}.__closure__[{i}].cell_contents", depth, (_CellDict(cell), "cell_contents"))
 
+    def ran_methods(self, codes) -> None:
+        """After the trace: the methods of the walked user classes whose code it ran (`codes`), by their code
+        object on every call. IPython's autoreload replaces a method's `__code__` in place (a property's
+        getter's too), which writes no dict the watch sees; eager then runs the new code."""
+        for klass in self._user_classes:
+            for k, x in vars(klass).items():
+                fns = (x.fget, x.fset, x.fdel) if isinstance(x, property) else (getattr(x, "__func__", x),)
+                for fn in fns:
+                    code = getattr(fn, "__code__", None) if isinstance(fn, types.FunctionType) else None
+                    if code is not None and code in codes:
+                        self._check(f"{self._const(fn, 'fn')}.__code__ is {self._const(code, 'code')}",
+                                    f"the code of {klass.__qualname__}.{k} is the one traced (it was replaced)")
+
     def _class_attrs(self, cls, src: Source) -> None:
         """The user's own classes of an object: plain attributes guarded by value (`self.use_cache_default`
         defined on the class: read through the instance), the others walked, and the class's changes
@@ -193,6 +206,7 @@ class ClassState:
                 continue
             self._seen[id(klass)] = src
             self._keep.append(klass)
+            self._user_classes.append(klass)
             name = f"_cls{len(self.env)}"
             self.env[name] = klass
             csrc = ClassSource(name, klass)

@@ -199,3 +199,25 @@ def test_a_module_class_with_its_own_call_runs_it(backend):
     c.register_forward_hook(lambda mod, args, out: out * 3)
     _same(cc, c, x)
     torch.testing.assert_close(cc(torch.ones(5)), c(torch.ones(5)))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_method_or_property_whose_code_is_replaced_in_place_runs_the_new_code(backend):
+    class K(torch.nn.Module):  # IPython's autoreload updates a class's functions' __code__ in place
+        def forward(self, x):
+            return self.act(x) * self.k
+
+        def act(self, x):
+            return x.relu()
+
+        @property
+        def k(self):
+            return 2.0
+    m = K()
+    cm = ds.compile(m, backend=backend)
+    x = torch.randn(3)
+    _same(cm, m, x)
+    K.act.__code__ = (lambda self, x: x.sigmoid()).__code__
+    _same(cm, m, x)
+    K.k.fget.__code__ = (lambda self: 5.0).__code__
+    _same(cm, m, x)
