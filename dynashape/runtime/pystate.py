@@ -82,6 +82,7 @@ class PyState(ClassState):
         self._walked: list = []  # (module, source): the modules whose members the guard checks
         self._class_dicts: list = []  # the user classes' dicts (class_dict), watched with the modules'
         self._user_classes: list = []  # the user classes walked (their methods' code: ran_methods)
+        self._library_classes: list = []  # library module classes whose forward is guarded
         self.module_lines: list[str] = []  # checks that read only the walked modules' dicts (see guard())
         self._cells: list = []  # (closure cell, its int) holding a SymInt while tracing
         self.frame_state = None  # automatic dynamic for closed-over ints (runtime.policy.FrameState)

@@ -143,9 +143,9 @@ class ClassState:
         for klass in cls.__mro__:
             if klass is torch.nn.Module or klass is object:
                 break
-            if not _library_class(klass) or ("forward", id(klass)) in self._seen:
+            if not _library_class(klass) or any(klass is k for k in self._library_classes):
                 continue
-            self._seen[("forward", id(klass))] = None
+            self._library_classes.append(klass)
             self._class_dicts.append(class_dict(klass))
             cd = self._const(vars(klass), "cd")
             self.ns["_is"] = operator.is_
@@ -188,14 +188,17 @@ class ClassState:
         """After the trace: the methods of the walked user classes whose code it ran (`codes`), by their code
         object on every call. IPython's autoreload replaces a method's `__code__` in place (a property's
         getter's too), which writes no dict the watch sees; eager then runs the new code."""
+        ran = []  # (function, its code, its name)
         for klass in self._user_classes:
             for k, x in vars(klass).items():
                 fns = (x.fget, x.fset, x.fdel) if isinstance(x, property) else (getattr(x, "__func__", x),)
-                for fn in fns:
-                    code = getattr(fn, "__code__", None) if isinstance(fn, types.FunctionType) else None
-                    if code is not None and code in codes:
-                        self._check(f"{self._const(fn, 'fn')}.__code__ is {self._const(code, 'code')}",
-                                    f"the code of {klass.__qualname__}.{k} is the one traced (it was replaced)")
+                ran += [(fn, fn.__code__, f"{klass.__qualname__}.{k}") for fn in fns
+                        if isinstance(fn, types.FunctionType) and fn.__code__ in codes]
+        if ran:  # one check for all of them: it runs on every call
+            self.ns["_is"], self.ns["_code"] = operator.is_, operator.attrgetter("__code__")
+            fns, cos, names = zip(*ran)
+            self._check(f"all(map(_is, map(_code, {self._const(fns, 'fns')}), {self._const(cos, 'codes')}))",
+                        f"the code of {', '.join(names)} is the one traced (one was replaced)")
 
     def _class_attrs(self, cls, src: Source) -> None:
         """The user's own classes of an object: plain attributes guarded by value (`self.use_cache_default`
