@@ -472,21 +472,33 @@ def test_gradients_with_respect_to_parameters_and_inputs_match_eager(make, shape
 
 
 def test_a_training_step_with_backward_outside_tracks_eager_parameters_over_varying_batches():
+    # BatchNorm over a batch of 2 is ill-conditioned (x_hat = +-d / sqrt(d*d + 4*eps) for a difference d): for some
+    # data eager's own float32 parameters land 1e-3 from float64 after a few steps. Where ours differs from eager
+    # past assert_close's tolerance, it must be as near a float64 replica as eager is (twice eager's error: over a
+    # trajectory either run's rounding may drift first). A CI run on unseeded data (the fused copies of this
+    # suite missed the `_seeded` fixture) landed 1.2e-5 from eager.
+    from tests.oracle import _no_less_accurate
+
     def step_loss(model, x, y):
         return F.cross_entropy(model(x), y)
 
     model = nn.Sequential(nn.Linear(6, 16), nn.BatchNorm1d(16), nn.ReLU(), nn.Dropout(0.2), nn.Linear(16, 3))
-    ref = copy.deepcopy(model)
+    ref, exact = copy.deepcopy(model), copy.deepcopy(model).double()
     compiled_loss = ds.compile(step_loss, dynamic=True)
-    opt, ref_opt = torch.optim.SGD(model.parameters(), lr=0.1), torch.optim.SGD(ref.parameters(), lr=0.1)
+    runs = [(m, torch.optim.SGD(m.parameters(), lr=0.1), fn) for m, fn in
+            ((model, compiled_loss), (ref, step_loss), (exact, step_loss))]
     for step, n in enumerate((4, 9, 2, 7, 16)):
         x, y = r(n, 6), torch.randint(0, 3, (n,))
-        for m, o, loss_fn in ((model, opt, compiled_loss), (ref, ref_opt, step_loss)):
+        for m, o, loss_fn in runs:
             o.zero_grad()
             torch.manual_seed(step)  # the same dropout masks
-            loss_fn(m, x, y).backward()
+            loss_fn(m, x.to(next(m.parameters()).dtype), y).backward()
             o.step()
-        torch.testing.assert_close(dict(model.named_parameters()), dict(ref.named_parameters()))
+        for (name, p), q, e in zip(model.named_parameters(), ref.parameters(), exact.parameters()):
+            try:
+                torch.testing.assert_close(p, q, msg=lambda m: f"{name}: {m}")
+            except AssertionError:
+                _no_less_accurate(p, q, e.detach(), slack=2.0)
         torch.testing.assert_close(dict(model.named_buffers()), dict(ref.named_buffers()))
     assert compiled_loss.stats.compiles == 1, compiled_loss.stats.recompile_reasons
     assert compiled_loss.stats.fallbacks == [] and compiled_loss.stats.graph_breaks == []

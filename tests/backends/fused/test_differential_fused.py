@@ -5,6 +5,7 @@ import pytest
 import dynashape as ds
 from dynashape.backends import fused
 from tests.test_differential import *  # noqa: F401,F403 - the same tests, collected here
+from tests.test_differential import _seeded  # noqa: F401 - autouse; `import *` leaves out `_` names: the same data
 
 _real_compile = ds.compile
 _seen = {"fused_entries": 0}

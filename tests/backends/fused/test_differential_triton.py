@@ -9,6 +9,7 @@ pytest.importorskip("triton", reason="triton is not installed (pip install -e '.
 
 from dynashape.backends.fused import triton_run  # noqa: E402
 from tests.test_differential import *  # noqa: F401,F403,E402 - the same tests, collected here
+from tests.test_differential import _seeded  # noqa: F401,E402 - autouse; `import *` leaves out `_` names
 
 _real_compile = ds.compile
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")  # numpy in the interpreter: lanes masked off
