@@ -130,6 +130,7 @@ def _print(*args, **kwargs):  # replayed with the real values when the compiled 
     if kwargs.get("file") is not None:
         raise GraphBreak("print(..., file=...) inside the compiled function", user_location())
     tracer = _tracer()
+    py_output.same_streams(tracer, "print(...)")
     tracer.graph.call(_ORIGINAL["print"], tracer.to_ir(args), tracer.to_ir(kwargs), None, user_location(),
                       torch.is_grad_enabled(), name_hint="print")
 
@@ -247,6 +248,7 @@ def intercept_global_state(tracer):
         stack = _local.handlers = []
     stack.append(_handlers(tracer))
     flags = torch_flags.now()
+    tracer.warnings_at_start = flags[torch_flags.WARNINGS]  # a print or warning under others breaks (py_output)
     with _lock:
         if _users == 0:
             for owner, name, key in _POINTS:
@@ -263,7 +265,7 @@ def intercept_global_state(tracer):
         yield
         changed = torch_flags.changed(flags)
         if changed:
-            raise GraphBreak(f"the function changes torch's global setting {changed[0]} (the compiled code would "
+            raise GraphBreak(f"the function changes the global setting {changed[0]} (the compiled code would "
                              "not change it again on later calls)", None,
                              "What to do: change it before calling the compiled function.")
     finally:

@@ -27,6 +27,7 @@ import warnings
 import torch
 
 from ..symbolic.userloc import is_library_file
+from . import torch_flags
 from .errors import GraphBreak
 from .state import current_tracer
 
@@ -139,9 +140,22 @@ def warn(originals: dict, key: str):
         if not (isinstance(category, type) and issubclass(category, Warning)):
             return original(message, category, stacklevel + 2, source)  # eager's TypeError
         tracer = current_tracer()
+        if torch_flags.warnings_state() != tracer.warnings_at_start:
+            raise GraphBreak("warnings.warn(...) under warning filters or a destination the function set "
+                             "(warnings.catch_warnings, simplefilter, redirect_stderr inside it): the compiled "
+                             "code would replay it under the caller's", None, "The call runs eagerly.")
         tracer.graph.call(WarningAt(category, frame), (tracer.to_ir(message),), {}, None, None,
                           torch.is_grad_enabled(), name_hint="warn")
     return handler
+
+
+def same_streams(tracer, what: str) -> None:
+    """A print replayed by the compiled code writes to the sys.stdout of the call: one made where the function
+    redirected it (`contextlib.redirect_stdout(buf)` inside) breaks."""
+    start = tracer.warnings_at_start
+    if sys.stdout is not start[-2] or sys.stderr is not start[-1]:
+        raise GraphBreak(f"{what} while the function has redirected sys.stdout or sys.stderr (the compiled code "
+                         "would write to the caller's)", None, "The call runs eagerly.")
 
 
 LOG_LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING, "error": logging.ERROR,

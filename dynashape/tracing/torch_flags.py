@@ -9,6 +9,9 @@ torch.func's transforms inside it are graph breaks too.
 """
 from __future__ import annotations
 
+import sys
+import warnings
+
 import torch
 
 from ..symbolic.userloc import user_location
@@ -22,12 +25,14 @@ def _pair(getter, setter):
 
 
 def _flags() -> dict:
+    # read through torch._C: `torch.is_anomaly_enabled` and the like are routed to the trace's readers while one
+    # runs (tracing/global_state.py), and our own reads before and after it are not the user's
     out = {
-        "torch.get_float32_matmul_precision()": _pair(torch.get_float32_matmul_precision,
+        "torch.get_float32_matmul_precision()": _pair(getattr(_C, "_get_float32_matmul_precision", None),
                                                       torch.set_float32_matmul_precision),
-        "torch.is_anomaly_enabled()": _pair(lambda: (torch.is_anomaly_enabled(), torch.is_anomaly_check_nan_enabled()),
-                                            lambda v: _C._set_anomaly_enabled(*v)),
-        "torch.is_warn_always_enabled()": _pair(torch.is_warn_always_enabled, torch.set_warn_always),
+        "torch.is_anomaly_enabled()": _pair(lambda: (_C.is_anomaly_enabled(), _C.is_anomaly_check_nan_enabled()),
+                                            lambda v: _C.set_anomaly_enabled(*v)),
+        "torch.is_warn_always_enabled()": _pair(getattr(_C, "_get_warnAlways", None), torch.set_warn_always),
         "torch.set_printoptions(...)": _pair(lambda: dict(vars(torch._tensor_str.PRINT_OPTS)),
                                              lambda v: vars(torch._tensor_str.PRINT_OPTS).update(v)),
     }
@@ -41,8 +46,31 @@ def _flags() -> dict:
                         "cublas_allow_fp16_reduced_precision_reduction"),
                        ("torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction",
                         "cublas_allow_bf16_reduced_precision_reduction")):
-        out[what] = _pair(getattr(_C, f"_get_{name}", None), getattr(_C, f"_set_{name}", None))
+        setter = getattr(_C, f"_set_{name}", None)
+        # torch 2.13's cuBLAS reduced-precision getters give (allowed, split-k allowed), their setters two arguments
+        out[what] = _pair(getattr(_C, f"_get_{name}", None),
+                          setter and (lambda v, setter=setter: setter(*v) if isinstance(v, tuple) else setter(v)))
+    out[WARNINGS] = (warnings_state, _put_warnings_back)
     return {k: v for k, v in out.items() if v is not None}
+
+
+WARNINGS = "warnings.filters"
+
+
+def warnings_state() -> tuple:
+    """The warnings module's filters and where a warning goes (`catch_warnings(record=True)` swaps the
+    latter), compared by value: a warning the trace records is replayed under the caller's."""
+    return (tuple(warnings.filters), warnings.filters, warnings.showwarning,
+            getattr(warnings, "_showwarnmsg_impl", None), sys.stdout, sys.stderr)
+
+
+def _put_warnings_back(v) -> None:
+    entries, filters, warnings.showwarning, impl, sys.stdout, sys.stderr = v
+    filters[:] = entries
+    warnings.filters = filters
+    if impl is not None:
+        warnings._showwarnmsg_impl = impl
+    warnings._filters_mutated()
 
 
 FLAGS = _flags()

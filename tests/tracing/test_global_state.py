@@ -84,6 +84,71 @@ def test_a_flag_read_only_by_our_own_tracing_is_no_guard():
     assert cg.stats.compiles == 2
 
 
+
+def test_the_settings_we_compare_around_a_trace_are_read_apart_from_the_users_reads():
+    """torch_flags compares the settings before and after each trace through the routed getters: the
+    anomaly and warn-always reads after it were recorded as the user's, so every entry guarded them (a
+    call under detect_anomaly compiled again) and ds.export refused to run under detect_anomaly."""
+    def f(x):
+        return x * 2 + 1
+
+    cf = ds.compile(f)
+    x = torch.randn(4)
+    torch.testing.assert_close(cf(x), f(x))
+    with torch.autograd.detect_anomaly():
+        torch.testing.assert_close(cf(x), f(x))
+    torch.set_warn_always(True)
+    try:
+        torch.testing.assert_close(cf(x), f(x))
+    finally:
+        torch.set_warn_always(False)
+    assert cf.stats.compiles == 1, cf.stats.recompile_reasons
+    ep = ds.export(f, (x,))
+    with torch.autograd.detect_anomaly():
+        torch.testing.assert_close(ep(x), f(x))
+
+    def g(x):  # the user's own read stays guarded
+        return x + 1 if torch.is_anomaly_enabled() else x - 1
+
+    cg = ds.compile(g)
+    torch.testing.assert_close(cg(x), g(x))
+    with torch.autograd.detect_anomaly():
+        torch.testing.assert_close(cg(x), g(x))
+    assert cg.stats.compiles == 2
+
+
+def test_each_setting_a_trace_changed_is_put_back():
+    """Every setting torch_flags compares can be put back (the anomaly setter was a name torch._C does not
+    have: putting it back raised AttributeError)."""
+    from dynashape.tracing import torch_flags
+    before = torch_flags.now()
+    others = {"torch.get_float32_matmul_precision()": "medium", "torch.is_anomaly_enabled()": (True, False),
+              "torch.is_warn_always_enabled()": True, "torch.set_printoptions(...)": dict(precision=2)}
+    for name, (_, setter) in torch_flags.FLAGS.items():
+        value = before[name]
+        setter(others.get(name, not value if isinstance(value, bool) else value))
+        if name in others:
+            assert name in torch_flags.changed(before)
+        torch_flags.put_back(before)
+        assert torch_flags.now() == before, name
+
+
+def _sets_anomaly(x):
+    torch.autograd.set_detect_anomaly(True)
+    return x * 2
+
+
+def test_anomaly_mode_set_in_the_function_is_set_as_eager_sets_it():
+    cf = ds.compile(_sets_anomaly)
+    try:
+        for _ in range(2):
+            torch.autograd.set_detect_anomaly(False)
+            torch.testing.assert_close(cf(torch.ones(3)), torch.full((3,), 2.0))
+            assert torch.is_anomaly_enabled()
+    finally:
+        torch.autograd.set_detect_anomaly(False)
+
+
 # ---- torch's global settings and autograd contexts the compiled code never enters (a second hunt)
 
 def _sets_global_settings(x):

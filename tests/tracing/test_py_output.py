@@ -2,6 +2,7 @@
 the compiled function makes the records and warnings eager makes, call by call, with the values of
 the call (never a symbolic value of the trace), the same file and line, and the logger's level and
 the warning filters as they are when the call runs."""
+import contextlib
 import io
 import logging
 import warnings
@@ -136,3 +137,83 @@ def test_the_compiled_function_warns_what_eager_warns_on_every_call(action):
                 fn(torch.ones(n))
         seen[who] = [(str(m.message), m.category, m.filename, m.lineno) for m in w]
     assert seen["compiled"] == seen["eager"], seen
+
+
+# ---- warnings the function filters itself, and prints it redirects (a sixth hunt)
+
+def _caught(fn, *args):
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        out = fn(*args)
+    return out, [(type(m.message).__name__, str(m.message)) for m in w]
+
+
+def _records_its_own(x):
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        warnings.warn("inner")
+    return x * len(w)
+
+
+def _silences_its_own(x):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        warnings.warn(f"silent {x.shape[0]}")
+    return x + 1
+
+
+def _turns_its_own_into_errors(x):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        try:
+            warnings.warn("boom")
+            y = x + 1
+        except UserWarning:
+            y = x - 1
+    return y
+
+
+@pytest.mark.parametrize("fn", [_records_its_own, _silences_its_own, _turns_its_own_into_errors])
+def test_a_warning_under_the_functions_own_filters_is_judged_by_them(fn):
+    """Recorded at trace time and replayed under the caller's filters, `catch_warnings(record=True)` counted 0
+    warnings and a warning the function silenced reached the caller."""
+    cf = ds.compile(fn)
+    for n in (2, 3, 4):
+        x = torch.randn(n)
+        (got, got_w), (want, want_w) = _caught(cf, x), _caught(fn, x)
+        torch.testing.assert_close(got, want)
+        assert got_w == want_w
+
+
+def _resets_filters(x):
+    warnings.simplefilter("ignore", DeprecationWarning)
+    return x + 1
+
+
+def test_filters_the_function_changes_are_changed_on_every_call():
+    cf = ds.compile(_resets_filters)
+    saved = warnings.filters[:]
+    try:
+        for n in (2, 3, 3):
+            warnings.filters[:] = saved
+            cf(torch.ones(n))
+            assert warnings.filters[0][2] is DeprecationWarning and warnings.filters[0][0] == "ignore"
+    finally:
+        warnings.filters[:] = saved
+        warnings._filters_mutated()
+
+
+def _prints_into(x, buf):
+    with contextlib.redirect_stdout(buf):
+        print(x.shape[0])
+    return x + 1
+
+
+def test_a_print_the_function_redirects_goes_where_it_redirects():
+    """The print was replayed into the caller's sys.stdout: the function's buffer stayed empty."""
+    cf = ds.compile(_prints_into)
+    for n in (2, 3, 4):
+        got, want = io.StringIO(), io.StringIO()
+        cf(torch.ones(n), got)
+        _prints_into(torch.ones(n), want)
+        assert got.getvalue() == want.getvalue() == f"{n}\n"
