@@ -320,7 +320,11 @@ class _Trace:
                 name = f"_tensor_constant{next(k)}"
             with torch.no_grad():
                 copy = t.detach().clone()
-            state[name] = torch.nn.Parameter(copy, t.requires_grad) if isinstance(t, torch.nn.Parameter) else copy
+            if isinstance(t, torch.nn.Parameter):
+                copy = torch.nn.Parameter(copy, t.requires_grad)
+            elif t.requires_grad:  # a captured tensor that requires grad (a global weight): the outputs do too
+                copy.requires_grad_(True)
+            state[name] = copy
             node.kind, node.target, node.args = "input", ItemSource(LocalSource(STATE), name), ()
             prefix = "p" if isinstance(t, torch.nn.Parameter) else "b" if id(t) in names else "c"
             node.name = self.graph._fresh(f"{prefix}_{name}")  # like torch.export: p_ params, b_ buffers

@@ -65,6 +65,8 @@ def save(ep: ExportedProgram, path) -> None:
     doc["out_types"] = outtypes.encode(ep.out_types)
     doc["parameters"] = {k: bool(t.requires_grad) for k, t in ep.state_dict.items()
                          if isinstance(t, torch.nn.Parameter)}
+    doc["requires_grad"] = sorted(k for k, t in ep.state_dict.items()  # captured tensors that require grad
+                                  if t.requires_grad and not isinstance(t, torch.nn.Parameter))
     doc["globals"] = _enc_globals(enc, ep)
     doc["symbols"] = enc.symbols
     buf = io.BytesIO()
@@ -404,10 +406,13 @@ def _dec_state(state, doc, graph: Graph) -> dict:
     want(isinstance(state, dict) and all(isinstance(k, str) and isinstance(v, torch.Tensor)
                                           for k, v in state.items()), "state.pt is not a dict of tensors")
     params = as_obj(doc.get("parameters", {}), "parameters")
+    grads = doc.get("requires_grad", [])
+    want(isinstance(grads, list) and all(isinstance(k, str) for k in grads), "requires_grad is not a list of names")
     out = {}
     for k, t in state.items():
         rg = params.get(k)
-        out[k] = torch.nn.Parameter(t, requires_grad=rg) if isinstance(rg, bool) else t
+        out[k] = torch.nn.Parameter(t, requires_grad=rg) if isinstance(rg, bool) else \
+            t.requires_grad_(True) if k in grads and t.is_floating_point() else t
     for n in graph.nodes:  # every state input the graph reads is there, with its shape and dtype
         if n.kind == "input" and isinstance(n.target, ItemSource) and isinstance(n.target.base, LocalSource) \
                 and n.target.base.local == STATE:

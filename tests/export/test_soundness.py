@@ -226,6 +226,28 @@ def test_a_no_grad_block_inside_the_program_is_its_own_switch():
         assert "torch.enable_grad()" in refused_msg
 
 
+GLOBAL_WEIGHT = torch.randn(3, requires_grad=True)
+
+
+def test_a_captured_tensor_that_requires_grad_keeps_requiring_it_in_the_program():
+    """A global tensor that requires grad became the program's state without it: the outputs did not
+    require grad where eager's do, and backward raised."""
+    def f(x):
+        return x * GLOBAL_WEIGHT
+
+    ep = ds.export(f, (torch.randn(4, 3),), dynamic_shapes=({0: ds.Dim("b")},))
+    for tag, prog in programs(ep):
+        state = prog.state_dict(keep_vars=True) if tag == "module" else prog.state_dict
+        (w,) = [t for t in state.values() if t.requires_grad]
+        x = torch.randn(5, 3)
+        got = prog(x)
+        assert got.requires_grad, tag
+        w.grad = GLOBAL_WEIGHT.grad = None
+        got.sum().backward()
+        f(x).sum().backward()
+        torch.testing.assert_close(w.grad, GLOBAL_WEIGHT.grad)
+
+
 def test_a_program_that_reads_requires_grad_checks_it_per_input():
     def f(x):
         return x * 2 if x.requires_grad else x * 3
