@@ -72,7 +72,7 @@ def watching_errors():
 
         def hook(frame, event, arg):
             out = prev(frame, event, arg) if prev is not None else None
-            if frame.f_code.co_name == "__enter__":
+            if frame.f_code.co_argcount:  # any Python function a `with` calls as `__enter__` (a lambda too)
                 _note_enter(frame)
             if is_library_file(frame.f_code.co_filename):
                 return out
@@ -139,6 +139,8 @@ def _frame_catches(frame, offset: int, depth: int = 0):
             return "a `try:` whose `except` would catch"
         cm = _local.entered.get((frame, target), _ABSENT)
         if _may_swallow(cm, depth):
+            if cm is _ABSENT:
+                return "a `with` block of a manager entered in C, whose exit may swallow"
             gen = getattr(cm, "gen", None)
             name = f"{gen.__qualname__}()" if inspect.isgenerator(gen) else f"{type(cm).__qualname__}(...)"
             return f"`with {name}`, whose exit may swallow"
@@ -166,9 +168,10 @@ def _note_enter(frame) -> None:
 
 def _may_swallow(cm, depth: int) -> bool:
     """Whether the manager's exit may return true for an error (conservative: yes unless shown no).
-    A manager whose `__enter__` is not Python (a lock, a file) was not seen: its exit is C too."""
+    A manager whose `__enter__` is not Python was not seen: a lock's or a file's exit does not swallow,
+    but a subclass of one may have a Python `__exit__` that does, so it may."""
     if cm is _ABSENT:
-        return False
+        return True
     gen = getattr(cm, "gen", None)
     if inspect.isgenerator(gen) and getattr(type(cm).__exit__, "__module__", None) == "contextlib":
         # a @contextmanager: the error is thrown in at its `yield`, which swallows it if caught there

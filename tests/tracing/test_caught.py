@@ -4,6 +4,7 @@ take, and no error of the compiled code escapes a handler that eager's would rea
 here was silently wrong (or raised where eager did not) before; found by hand and by the fuzzer's
 `try:` template (tests/fuzz/findings.md)."""
 import contextlib
+import io
 import math
 
 import pytest
@@ -280,8 +281,20 @@ def _index_read_from_data(manager):
     return f
 
 
+class _LambdaEnter:  # an `__enter__` that is not a function named `__enter__` (a sixth hunt: never noted)
+    __enter__ = lambda self: self  # noqa: E731
+
+    def __exit__(self, *exc):
+        return True
+
+
+class _CEnter(io.StringIO):  # a C `__enter__`, a Python `__exit__` that swallows
+    def __exit__(self, *exc):
+        return True
+
+
 SWALLOWING = {"suppress": lambda: contextlib.suppress(IndexError, RuntimeError), "@contextmanager": _swallowing,
-              "__exit__ returns True": _ExitTrue}
+              "__exit__ returns True": _ExitTrue, "lambda __enter__": _LambdaEnter, "C __enter__": _CEnter}
 PASSING = {"@contextmanager with finally": _tidy, "__exit__ returns None": _ExitNone, "no_grad": torch.no_grad}
 
 
