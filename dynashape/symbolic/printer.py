@@ -222,11 +222,11 @@ class _Printer:
             return f"{fn}({', '.join(self.int_operand(a, 0) for a in e.args)})", ATOM
         return f"{fn}({', '.join(self(a)[0] for a in e.args)})", ATOM
 
-    def floor_to_int(self, e) -> tuple[str, int]:
-        return f"int({self.wrap(e.args[0], MUL)} // 1)", ATOM  # floor without math.floor
+    def floor_to_int(self, e) -> tuple[str, int]:  # math's: of an infinity OverflowError, as eager's math.floor
+        return f"math.floor({self(e.args[0])[0]})", ATOM  # (`int(inf // 1)` raised ValueError)
 
     def ceil_to_int(self, e) -> tuple[str, int]:
-        return f"-int(-{self.wrap(e.args[0], UNARY)} // 1)", UNARY
+        return f"math.ceil({self(e.args[0])[0]})", ATOM
 
     def rel(self, e: sympy.Basic) -> tuple[str, int]:
         op = _REL_OP[type(e)]

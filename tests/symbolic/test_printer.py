@@ -19,7 +19,8 @@ SYMS = POSITIVE + [x, y]
 
 SETTINGS = settings(max_examples=150, deadline=None,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
-# Only these builtins: the printed text must not need `math`, sympy or torch.
+# Only these builtins and `math` (every namespace printed text runs in has it: floor and ceil of a float are
+# math's, which raise OverflowError for an infinity as the user's math.floor does): never sympy or torch.
 BUILTINS = {"int": int, "float": float, "max": max, "min": min, "abs": abs}
 
 # ------------------------------------------------------------------ random expressions
@@ -92,7 +93,7 @@ def _both(expr, env):
         assume(False)
     assume(want.is_finite is not False and want is not sympy.nan)
     try:
-        got = eval(text, {"__builtins__": BUILTINS}, dict(env))
+        got = eval(text, {"__builtins__": BUILTINS, "math": math}, dict(env))
     except ZeroDivisionError:
         pytest.fail(f"{text!r} divides by zero but sympy gave {want}")
     return want, got, text
@@ -138,7 +139,7 @@ def _assert_prints_as_exact_int(expr, env):
     except ZeroDivisionError:
         assume(False)
     assume(want.is_Integer)
-    got = eval(text, {"__builtins__": BUILTINS}, dict(env))
+    got = eval(text, {"__builtins__": BUILTINS, "math": math}, dict(env))
     assert type(got) is int and got == int(want), (expr, text, env)
 
 
@@ -196,7 +197,7 @@ def test_non_atomic_symbol_spelling_is_parenthesised():
     (s0 / (s1 * s2), "s0/(s1*s2)"),
     (Max(s0, 3 * x), "max(s0, 3*x)"),
     (IntTrueDiv(s0, s1 + 1), "s0 / (s1 + 1)"),
-    (FloorToInt(IntTrueDiv(x, 3)), "int(x / 3 // 1)"),
+    (FloorToInt(IntTrueDiv(x, 3)), "math.floor(x / 3)"),
     (TruncToInt(IntTrueDiv(x, 3)), "int(x / 3)"),
     (sympy.Not(sympy.Eq(s0, 3)), "s0 != 3"),
     (sympy.Or(sympy.And(s0 > 2, x < 3), sympy.Eq(x, 5)), "s0 > 2 and x < 3 or x == 5"),
@@ -215,7 +216,7 @@ def test_number_side_of_a_relation_prints_on_the_right():
 def test_infinity_prints_without_imports():
     text = pyexpr(sympy.Le(s0, sympy.oo, evaluate=False))
     assert text == "s0 <= float('inf')"
-    assert eval(text, {"__builtins__": BUILTINS}, {"s0": 10**30}) is True
+    assert eval(text, {"__builtins__": BUILTINS, "math": math}, {"s0": 10**30}) is True
 
 
 def test_booleans_print_as_python_literals():
@@ -263,3 +264,18 @@ def test_float_formulas_and_math_calls_print_as_python():
     assert pyexpr(FLOAT_OPS["sub"](f0, FLOAT_OPS["add"](f0, 1.0))) == "f0 - (f0 + 1.0)"
     assert pyexpr(FLOAT_OPS["pow"](FLOAT_OPS["add"](f0, 1), 2)) == "(f0 + 1) ** 2"
     assert pyexpr(1 / MATH_CALLS["sqrt"](s0)) == "1/math.sqrt(s0)"
+
+
+@pytest.mark.parametrize("value", [float("inf"), float("-inf"), float("nan"), 2.5, -2.5, 1e300])
+def test_floor_and_ceil_of_a_float_raise_and_round_as_maths(value):
+    # `int(inf // 1)` raised ValueError where the user's math.floor(x.item()) raises OverflowError
+    f0 = sympy.Symbol("f0", real=True)
+    for fn, want_fn in ((FloorToInt, math.floor), (CeilToInt, math.ceil)):
+        text = pyexpr(fn(f0))
+        try:
+            want = want_fn(value)
+        except (OverflowError, ValueError) as e:
+            with pytest.raises(type(e)):
+                eval(text, {"__builtins__": BUILTINS, "math": math}, {"f0": value})
+        else:
+            assert eval(text, {"__builtins__": BUILTINS, "math": math}, {"f0": value}) == want
