@@ -57,6 +57,7 @@ _POINTS += [(torch.cuda, n, f"rng.cuda.{n}") for n in _CUDA_RNG_CALLS if hasattr
 _POINTS += [(math, n, f"math.{n}") for n in MATH_CALLS]
 _POINTS += [(logging.Logger, n, f"log.{n}") for n in py_output.LOG_LEVELS]
 _POINTS += [(logging.Logger, "isEnabledFor", "log.isEnabledFor"), (warnings, "warn", "warnings.warn")]
+_POINTS += [(logging.Logger, n, f"log.{n}") for n in py_output.LOGGER_CHANGES]
 _POINTS += [(torch._C._autograd, "_push_saved_tensors_default_hooks", "saved_hooks"),
             (torch.autograd.forward_ad, "enter_dual_level", "dual_level")]
 _ORIGINAL = {key: getattr(owner, name) for owner, name, key in _POINTS}
@@ -157,6 +158,7 @@ def _handlers(tracer) -> dict:
                         for n, level in py_output.LOG_LEVELS.items()})
         _SHARED["log.isEnabledFor"] = py_output.is_enabled_for(_ORIGINAL, "log.isEnabledFor")
         _SHARED["warnings.warn"] = py_output.warn(_ORIGINAL, "warnings.warn")
+        _SHARED.update({f"log.{n}": py_output.changes_logger(_ORIGINAL, f"log.{n}") for n in py_output.LOGGER_CHANGES})
         _SHARED.update({n: _flag_reader(n) for n in FLAG_GETTERS if n in _ORIGINAL})
         _SHARED.update({n: _refuse(n) for n in _BREAKS if n in _ORIGINAL})
         _SHARED.update(saved_hooks=_saved_hooks, dual_level=_dual_level)

@@ -114,6 +114,21 @@ def log_method(originals: dict, key: str, level: int | None):
     return handler
 
 
+LOGGER_CHANGES = ("setLevel", "addHandler", "removeHandler", "addFilter", "removeFilter")
+
+
+def changes_logger(originals: dict, key: str):
+    """`Logger.setLevel(...)` and the like called by the user's code: a logger is not state the compiled code
+    replays (it is compared by identity), so the call runs eagerly, changing it on every call as eager does."""
+    def handler(logger, *args, **kwargs):
+        if _caller(False, 1) is not None:
+            raise GraphBreak(f"Logger.{key.removeprefix('log.')}(...) inside the compiled function (the compiled "
+                             "code would not change the logger again on later calls)", None,
+                             "What to do: configure the logger before calling the compiled function.")
+        return originals[key](logger, *args, **kwargs)
+    return handler
+
+
 def is_enabled_for(originals: dict, key: str):
     """`Logger.isEnabledFor` read by the user's code: its answer is guarded."""
     def handler(logger, level):

@@ -217,3 +217,22 @@ def test_a_print_the_function_redirects_goes_where_it_redirects():
         cf(torch.ones(n), got)
         _prints_into(torch.ones(n), want)
         assert got.getvalue() == want.getvalue() == f"{n}\n"
+
+
+def _sets_level(x, verbose):
+    log.setLevel(logging.DEBUG if verbose else logging.WARNING)
+    log.debug("rows %d", x.shape[0])
+    return x + 1
+
+
+def test_a_logger_the_function_configures_is_configured_on_every_call(records):
+    """`log.setLevel(...)` inside ran at trace time only: the level stayed the caller's on later calls and
+    the debug record was lost."""
+    cf = ds.compile(_sets_level)
+    for n, verbose in ((2, True), (3, False), (4, True), (4, True)):
+        for fn in (_sets_level, cf):
+            log.setLevel(logging.INFO)
+            records.clear()
+            fn(torch.ones(n), verbose)
+            assert log.level == (logging.DEBUG if verbose else logging.WARNING)
+            assert [r[2] for r in records] == ([f"rows {n}"] if verbose else [])
