@@ -338,24 +338,26 @@ def _input_fact_guards(tracer, lines, readable, const) -> list:
 
 def _aliasing_guards(tracer, local_of, lines, readable, ns) -> list:
     """Which tensor inputs are one object: the trace gave `f(a, a)` one fake for both, so the entry
-    is for that call only. When the graph mutates in place, distinct inputs must stay distinct and
-    must not share memory (the trace did not model a write seen through the other). Returns the
-    checks for `explain`."""
+    is for that call only, and tensors it saw distinct must stay distinct (the function may compare
+    them: `x is y`, `{x, y}`, `id(x)`). When the graph mutates in place they also must not share
+    memory (the trace did not model a write seen through the other). Returns the checks for
+    `explain`."""
     free = [(t.source, local_of[t.source]) for t in tracer.tensor_inputs if t.example is None]
     names = [v for _, v in free]
     extra = []
-    if tracer.mutates_input and len(names) >= 2:  # without in-place ops, f(a, a) computes what f(a, b) would
+    if len(names) >= 2:  # (as Dynamo's implicit no-aliasing check, not listed in `guards`; explain names it)
         if len(names) <= 5:
             lines.append("if " + " or ".join(f"{a} is {b}" for a, b in itertools.combinations(names, 2))
                          + ": return False")
         else:
             lines.append(f"if len({{id(_t) for _t in ({', '.join(names)})}}) != {len(names)}: return False")
+        for (a, _), (b, _) in itertools.combinations(free, 2):
+            extra.append((f"{a.name()} is not {b.name()}", f"{a.pretty()} and {b.pretty()} are different tensors "
+                          "(the trace saw them distinct)", None))
+    if tracer.mutates_input and len(names) >= 2:  # without in-place ops, overlapping memory reads the same
         ns["_shares_memory"] = shares_memory
         lines.append(f"if _shares_memory({', '.join(names)}): return False")
         readable.append(f"distinct tensors, no shared memory: {', '.join(s.name() for s, _ in free)}")
-        for (a, _), (b, _) in itertools.combinations(free, 2):
-            extra.append((f"{a.name()} is not {b.name()}", f"{a.pretty()} and {b.pretty()} are different tensors "
-                          "(the function mutates in place and the trace saw them distinct)", None))
         extra.append((f"not _shares_memory({', '.join(s.name() for s, _ in free)})",
                       "inputs of a function that mutates in place do not share memory", None))
     for src, first in tracer.aliases:

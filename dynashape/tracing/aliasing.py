@@ -1,17 +1,15 @@
 """What an op's result shares with its inputs: new memory, a view or a copy by layout, or the
-input itself changed in place. The tracer decides aliasing guards, autograd history and whether a
-call may be re-run from these; the fused backend asks `is_inplace` of graph calls."""
+input itself changed in place (which calls write what: tracing/writes.py). The tracer decides
+aliasing guards, autograd history and whether a call may be re-run from these; the backends ask
+`is_inplace` / `written` of graph calls."""
 from __future__ import annotations
 
 from builtins import isinstance  # the builtin, not tracing/pyenv.py's patch (our own frames get its answer anyway)
 import torch
 
+from ..symbolic.sources import ModuleMemberSource
 from .meta.common import canonical_strides
-
-INPLACE_DUNDERS = {"__setitem__", "__iadd__", "__isub__", "__imul__", "__itruediv__", "__ifloordiv__",
-                    "__imod__", "__ipow__", "__iand__", "__ior__", "__ixor__", "__ilshift__", "__irshift__",
-                    "__imatmul__"}
-
+from .writes import INPLACE_DUNDERS, written as _written, writes as _writes  # noqa: F401 (INPLACE_DUNDERS: re-exported)
 
 VIEW_OR_COPY = {"reshape", "reshape_as", "flatten", "ravel", "contiguous", "unflatten", "view_as_real"}
 # ops whose result is always new memory, whatever their inputs (factories, copies, arithmetic); not
@@ -24,34 +22,56 @@ COMPUTES = {"add", "sub", "mul", "div", "neg", "exp", "log", "sin", "cos", "tanh
              "__add__", "__sub__", "__mul__", "__truediv__", "__neg__", "__matmul__", "__radd__", "__rsub__",
              "__rmul__", "__rtruediv__", "__pow__", "__eq__", "__ne__", "__lt__", "__le__", "__gt__", "__ge__",
              "embedding", "scaled_dot_product_attention", "clamp", "triu", "tril", "roll", "flip",
-             "repeat", "baddbmm", "addmm", "einsum", "conv1d", "conv2d", "one_hot", "nonzero", "index_select",
+             "repeat", "baddbmm", "addmm", "conv1d", "conv2d", "one_hot", "nonzero", "index_select",
              "gather", "bitwise_and", "bitwise_or", "logical_and", "logical_or", "logical_not", "__and__",
              "__or__", "__invert__", "max", "min", "argmax", "prod", "var", "std", "norm", "erf", "floor",
              "ceil", "round", "sign", "reciprocal", "minimum", "maximum", "addcmul", "lerp", "batch_norm",
              "instance_norm", "group_norm"}
 FRESH |= COMPUTES
+# not einsum: of one operand it may return a view of it (`einsum("ij->ji", x)` is x.permute(1, 0)),
+# of two or more it computes a product (new memory)
 
 
-def is_inplace(func, kwargs) -> bool:
-    """An in-place method (`add_`), an in-place dunder (`__iadd__`, `__setitem__`), an `out=` call, or an
-    operator whose schema writes an argument (`torch.ops.aten.add_.Tensor`, a custom op's `mutates_args`)."""
-    if isinstance(func, torch._ops.OpOverload):
-        return func._schema.is_mutable
-    name = getattr(func, "__name__", "")
-    if name in INPLACE_DUNDERS or (name.endswith("_") and not name.startswith("_")):
+def returns_fresh(short: str, args) -> bool:
+    """Whether a call's results are new memory whatever its inputs (`short`: the op's name)."""
+    if short in FRESH:
         return True
-    return kwargs.get("out") is not None
+    return short == "einsum" and sum(isinstance(a, torch.Tensor) for a in _operands(args)) >= 2
 
 
-def written(func, args, kwargs):
-    """What an in-place call changes: the schema's written arguments, the `out=` tensors, or `self`."""
-    if isinstance(func, torch._ops.OpOverload):
-        params = func._schema.arguments
-        return [args[i] if i < len(args) else kwargs.get(p.name) for i, p in enumerate(params)
-                if p.alias_info is not None and p.alias_info.is_write]
-    if kwargs.get("out") is not None:
-        return kwargs["out"]
-    return args[0] if args else None
+def _operands(args):
+    for a in args:
+        if isinstance(a, (list, tuple)):
+            yield from a
+        else:
+            yield a
+
+
+def is_inplace(func, kwargs, args=None) -> bool:
+    """Whether the call changes an argument in place (tracing/writes.py has the table): an in-place
+    method (`add_`), an in-place dunder, `out=`, `inplace=True`, running statistics, a schema that
+    writes (`torch.ops.aten.add_.Tensor`, a custom op's `mutates_args`). Pass `args`: without them
+    a flag given by position (`F.relu(x, True)`, `F.batch_norm(..., True)`) is not seen."""
+    return _writes(func, args, kwargs)
+
+
+def written(func, args, kwargs) -> list:
+    """What an in-place call changes: the written arguments (tensors or lists of them), `out=`."""
+    return _written(func, args, kwargs)
+
+
+def shared_inputs(input_tensors):
+    """(source, earlier source) of two distinct input tensors over one storage (a module's
+    parameters and buffers aside), else None. `input_tensors`: (source, real tensor) pairs."""
+    seen: dict = {}
+    for src, t in input_tensors:
+        if isinstance(src, ModuleMemberSource) or t.untyped_storage().nbytes() == 0:
+            continue
+        key = t.untyped_storage().data_ptr()
+        if key in seen:
+            return seen[key], src
+        seen[key] = src
+    return None
 
 
 def odd_layout(meta: torch.Tensor) -> bool:

@@ -96,6 +96,11 @@ class TracingMode(TorchFunctionMode):
             raise GraphBreak(f"Tensor.{_BREAKS[func]} cannot be answered while tracing (it is the real tensor's, "
                              "made when the compiled code runs)", user_location(),
                              "What to do: read it outside the compiled function.")
+        if func is T.set_ and args and isinstance(args[0], FakeTensor):  # (tensor_attrs.route_to_mode)
+            raise GraphBreak("Tensor.set_ of a traced tensor (it makes the tensor another tensor's memory, "
+                             "sizes and strides, which the trace does not model)", user_location(),
+                             "What to do: call set_ outside the compiled function, or use the other "
+                             "tensor itself (`x = y`).")
         if func in _SETTERS and args and isinstance(args[0], FakeTensor):
             name = _SETTERS[func]
             if name == "requires_grad":  # `t.requires_grad = b` is `t.requires_grad_(b)`: recorded as that op
@@ -257,6 +262,7 @@ for _name in ("is_floating_point", "is_complex", "is_signed", "element_size", "i
 _META_QUERIES.update(tensor_attrs.HANDLERS)  # autograd and view history, the caller's tensor's flags
 _BREAKS = {f: n for f, n in tensor_attrs.breaks().items() if f not in _DATA_READS and f not in _META_QUERIES}
 _SETTERS = tensor_attrs.setters()  # `t.grad = g`, `t.data = d`, `t.requires_grad = b`: what the mode sees
+tensor_attrs.route_to_mode(FakeTensor)  # `x.set_(y)` reaches the mode too
 
 
 def symbolic_strides(t: FakeTensor) -> tuple:

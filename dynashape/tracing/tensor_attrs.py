@@ -326,10 +326,33 @@ def setters() -> dict:
     return out
 
 
+# ops whose binding skips __torch_function__ (torch 2.x's `Tensor.set_`): no TorchFunctionMode ever
+# sees them, so on a FakeTensor they would run on its meta storage, unrecorded (route_to_mode)
+NO_TORCH_FUNCTION = ("set_",)
+
+
+def route_to_mode(cls) -> None:
+    """Give `cls` (FakeTensor) its own method for each op of NO_TORCH_FUNCTION, which hands the call
+    to the active TorchFunctionMode as torch does for every other op (with no mode: torch's own)."""
+    for name in NO_TORCH_FUNCTION:
+        setattr(cls, name, _dispatching(getattr(torch._C.TensorBase, name)))
+
+
+def _dispatching(original):
+    def method(self, *args, **kwargs):
+        if torch._C._is_torch_function_mode_enabled():
+            return torch.overrides.handle_torch_function(original, (self,), self, *args, **kwargs)
+        return original(self, *args, **kwargs)
+    method.__name__ = method.__qualname__ = original.__name__
+    method.__doc__ = original.__doc__
+    return method
+
+
 def classify(name: str) -> str | None:
     """The class of attribute `name` of torch.Tensor (None: not classified)."""
     if name in CLASSES:
         return CLASSES[name]
     return "op" if _returns_tensors(name) else None
 
-__all__ = ["CLASSES", "HANDLERS", "TracedGradFn", "classify", "setters", "traced_grad_fn"]
+__all__ = ["CLASSES", "HANDLERS", "NO_TORCH_FUNCTION", "TracedGradFn", "classify", "route_to_mode", "setters",
+           "traced_grad_fn"]

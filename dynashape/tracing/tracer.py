@@ -28,8 +28,9 @@ from .errors import GraphBreak
 from . import autocast, meta_cache, op_memo
 from .fake import FakeTensor, make_fake
 from .inputs import TensorInput, ValueInput, check_supported as _check_supported, input_meta as _input_meta
-from .aliasing import FRESH as _FRESH, VIEW_OR_COPY as _VIEW_OR_COPY, is_inplace as _is_inplace, \
-    odd_layout as _odd_layout, written as _written
+from .aliasing import VIEW_OR_COPY as _VIEW_OR_COPY, odd_layout as _odd_layout, returns_fresh as _returns_fresh, \
+    shared_inputs as _shared_inputs
+from .writes import new_storage_offset as _new_offset, written as _written, writes as _writes
 from .meta_device import META_IMPL as _META_IMPL, meta_to as _meta_to
 from .names import target_name
 from .mode import _FACTORIES, TracingMode, symbolic_strides
@@ -300,17 +301,12 @@ class Tracer:
     def _refuse_shared_memory(self) -> None:
         """Distinct input tensors over one storage, and the trace mutates: the fakes do not model
         that a write through one is seen through the other, so this call runs eagerly."""
-        seen: dict = {}
-        for src, t in self._input_tensors:
-            if isinstance(src, ModuleMemberSource) or t.untyped_storage().nbytes() == 0:
-                continue
-            key = t.untyped_storage().data_ptr()
-            if key in seen:
-                self.mutates = self.mutates_input = False  # the eager entry this break makes serves any aliasing
-                raise GraphBreak(f"inputs {seen[key].pretty()} and {src.pretty()} share memory and the "
-                                 "function changes a tensor in place", None,
-                                 "What to do: pass tensors that do not overlap (e.g. .clone() one of them).")
-            seen[key] = src
+        shared = _shared_inputs(self._input_tensors)
+        if shared is not None:
+            self.mutates = self.mutates_input = False  # the eager entry this break makes serves any aliasing
+            raise GraphBreak(f"inputs {shared[0].pretty()} and {shared[1].pretty()} share memory and the "
+                             "function changes a tensor in place", None,
+                             "What to do: pass tensors that do not overlap (e.g. .clone() one of them).")
 
     def observe_storage_offset(self, t: FakeTensor) -> int:
         """An input's storage offset is guarded (the fakes start at 0); a computed tensor's
@@ -363,12 +359,15 @@ class Tracer:
         return meta
 
     def note_inplace(self, func, args, kwargs) -> None:
-        """An in-place op (or `out=`, or setitem) is being recorded: what it changes may be an input's
+        """A call that writes (tracing/writes.py) is being recorded: what it changes may be an input's
         memory, which decides aliasing guards and whether the call may be re-run from its start."""
-        if not _is_inplace(func, kwargs):
+        changed = _written(func, args, kwargs)
+        if not changed:
             return
         self.mutates = True
-        changed = _written(func, args, kwargs)
+        moved = _new_offset(func, args, kwargs)  # as_strided_(size, stride, offset): the input starts there now
+        if moved is not None and id(args[0]) in self._offsets:
+            self._offsets[id(args[0])] = moved
         for t in _tensors(changed):  # its grad_fn is now the in-place op's, which the meta run records
             t.__dict__.pop("ds_grad_fn", None)
         if any(getattr(t, "ds_may_alias", True) for t in _tensors(changed)):
@@ -379,7 +378,7 @@ class Tracer:
 
     def call_op(self, func, rule, args, kwargs):
         args, kwargs = _map((args, kwargs), self._lift_leaf)
-        memo = op_memo.lookup(self, func, args, kwargs) if not _is_inplace(func, kwargs) else None
+        memo = op_memo.lookup(self, func, args, kwargs) if not _writes(func, args, kwargs) else None
         if memo is not None and memo[1] is not None:  # met before with the same symbolic arguments
             return op_memo.replay(self, func, args, kwargs, memo[1], _short_name(func))
         out = self._call_op(func, rule, args, kwargs)
@@ -551,14 +550,14 @@ class Tracer:
         # merely returned its input on the example (`contiguous()`, `to()`, `float()`) may copy on
         # another input, so its result is a value of its own, computed by the recorded call.
         arg_leaves = list(leaves((args, kwargs)))  # walked once, read below
-        in_fakes = {id(a): a for a in arg_leaves if isinstance(a, FakeTensor)} if _is_inplace(func, kwargs) else {}
+        in_fakes = {id(a): a for a in arg_leaves if isinstance(a, FakeTensor)} if _writes(func, args, kwargs) else {}
 
         odd_inputs = any(getattr(a, "ds_odd_layout", False) for a in arg_leaves)
         # an op may hand back (a view of) its input's memory: a view, or an op that returns its input
         # as it is when nothing needs converting (contiguous, to, float, ...); other results are fresh
         aliasing_in = any(getattr(a, "ds_may_alias", True) if isinstance(a, FakeTensor) else isinstance(a, torch.Tensor)
                           for a in arg_leaves)
-        returns_input = aliasing_in and short not in _FRESH
+        returns_input = aliasing_in and not _returns_fresh(short, args)
 
         def wrap(x, path):
             if not isinstance(x, torch.Tensor):

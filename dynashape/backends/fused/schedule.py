@@ -6,8 +6,8 @@ producers (merging several producer regions when they agree) if
   * the loop domains agree: one domain `D` and one set of inner (reduced) dims per region;
     pointwise values are full-size (`D`), row-size (`D` with the reduced dims 1 or dropped)
     or smaller broadcast operands used only inside;
-  * no mutation (an in-place op, `out=`) lies between its members: a region reads its inputs
-    where it runs, at its last member;
+  * no write (tracing/writes.py: an in-place op, `out=`, `inplace=True`...) lies between its
+    members: a region reads its inputs where it runs, at its last member;
   * no call outside the region reads a member before the region's last member (so emitting
     the region there keeps every other call in its original order: RNG draws stay put).
 
@@ -26,21 +26,18 @@ import sympy
 
 from ...ir.graph import Graph, Node, _nodes_in
 from ...ir.tree import is_data_guard
+from ...tracing.writes import writes
 from . import ops
 from .lower import Region
 
 
 def _is_barrier(n: Node) -> bool:
-    """An in-place op, or a data guard: a region never spans a branch of a trace tree, so the
+    """A call that writes a tensor (tracing/writes.py: in-place ops, `out=`, `inplace=True`, running
+    statistics...), or a data guard: a region never spans a branch of a trace tree, so the
     statements the paths share fuse the same way on every path."""
     if n.kind != "call":
         return False
-    if is_data_guard(n):
-        return True
-    name = getattr(n.target, "__name__", "") or ""
-    if name.endswith("_") and not name.startswith("__"):
-        return True
-    return name in ("__setitem__", "copy_") or "out" in n.kwargs or bool(n.kwargs.get("inplace"))
+    return is_data_guard(n) or writes(n.target, n.args, n.kwargs)
 
 
 def _autocast(n: Node) -> bool:
