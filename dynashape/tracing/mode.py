@@ -111,6 +111,8 @@ class TracingMode(TorchFunctionMode):
                              "`t.data.copy_(v)`, `t.copy_(v)` under torch.no_grad()).")
         if func is torch._C._set_grad_enabled:
             return func(*args, **kwargs)
+        if func is T.retain_grad and args and isinstance(args[0], FakeTensor):
+            args[0].ds_retains_grad = True  # an input's `retains_grad` then reads it (tensor_attrs), not its entry's
         if func in _DEVICE_PROPS and args and isinstance(args[0], FakeTensor):
             return _device_query(_DEVICE_PROPS[func], args[0].ds_device)
         if getattr(func, "__name__", "") == "__get__" and args and isinstance(args[0], FakeTensor):

@@ -154,6 +154,8 @@ def q_output_nr(mode, t):
 
 def q_retains_grad(mode, t):
     t = _own(mode, t, viewness=False)
+    if getattr(t, "ds_retains_grad", False) and not q_is_leaf(mode, t):  # retain_grad() in this call
+        return True
     if _input_history(mode, t) is not None:
         return _fact(mode, t, "retains_grad")
     return T.retains_grad.__get__(t)

@@ -577,3 +577,22 @@ def test_an_input_written_in_place_with_a_value_that_requires_grad_is_no_leaf_an
     torch.testing.assert_close(cf(leaf), g(leaf))
     torch.testing.assert_close(cf(non_leaf), g(non_leaf))
     assert cf.stats.compiles == 2
+
+
+@pytest.mark.parametrize("backend", ["eager", "fused"])
+def test_retains_grad_of_an_argument_after_retain_grad_in_the_call_is_true(backend):
+    """`x.retain_grad(); if x.retains_grad:` on a non-leaf argument read the entry's fact (False): the other
+    branch was compiled (a sixth hunt)."""
+    def g(x):
+        x.retain_grad()
+        return x * 2 if x.retains_grad else x * 3
+
+    cg = ds.compile(g, backend=backend)
+    for n in (3, 5, 7):
+        leaf = torch.randn(n, requires_grad=True)
+        x1, x2 = leaf * 1, leaf * 1
+        got, want = cg(x1), g(x2)
+        torch.testing.assert_close(got, want)
+        got.sum().backward()
+        want.sum().backward()
+        torch.testing.assert_close(x1.grad, x2.grad)
