@@ -49,7 +49,6 @@ _DIMMED = ops.REDUCE | {"softmax", "log_softmax", "cumsum", "cat", "stack"}
 _RANDOM = {"rand", "randn", "randint", "rand_like", "randn_like", "randint_like", "bernoulli", "multinomial",
            "normal", "poisson", "randperm", "uniform_", "normal_", "bernoulli_", "exponential_", "random_"}
 # ops that update running statistics in place when their flag (argument 5) is set, as in training mode
-_UPDATES_STATS = {"batch_norm": "training", "instance_norm": "use_input_stats"}
 _LIVE: collections.OrderedDict = collections.OrderedDict()  # (graphs, key) -> bytes, least recent first
 
 
@@ -231,10 +230,8 @@ class Graphs:
             if n.kind != "call":
                 continue
             name = getattr(n.target, "__name__", "")
-            stats = name in _UPDATES_STATS and ops.arg(n, 5, _UPDATES_STATS[name], False)
-            if is_inplace(n.target, n.kwargs) or stats:
-                changed = [ops.arg(n, 1, "running_mean", None), ops.arg(n, 2, "running_var", None)] if stats \
-                    else written(n.target, n.args, n.kwargs)
+            if is_inplace(n.target, n.kwargs, n.args):  # (running statistics and `inplace` flags by position too)
+                changed = written(n.target, n.args, n.kwargs)
                 hit = [i for w in leaves(changed) for i in _aliased_inputs(w)]
                 if any(_copied(i) for i in hit):  # a replay would change the static copy, not the caller's tensor
                     self.why_none = f"{name} at {n.location} changes an argument in place"
