@@ -35,8 +35,10 @@ log = logging.getLogger("dynashape.fused")
 # reduction scalar in that copy: ((x + y) * w).mean() over 4x64x128 took 19 us, 5.6 without it
 # -ffp-contract=off: for C++ g++ contracts `a * b + c` into one fused multiply-add (across statements,
 # even with -std=c++17), skipping the product's rounding eager does: sign(a * b - a * b) came out +-1
+# -fwrapv: int32/int64 arithmetic wraps as eager's (two's complement); signed overflow is undefined in
+# C++ otherwise, and g++ folded `x + 1 > x`, `abs(x) >= 0`, `x * x >= 0` to true (INT_MAX, INT_MIN, 46341)
 FLAGS = ["-O3", "-march=native", "-fopenmp", "-fno-math-errno", "-fno-trapping-math", "-fno-version-loops-for-strides",
-         "-ffp-contract=off", "-shared", "-fPIC", "-std=c++17"]
+         "-ffp-contract=off", "-fwrapv", "-shared", "-fPIC", "-std=c++17"]
 MVEC = ["-DDS_MVEC", "-lmvec"]  # glibc's vector math: expf/erff/tanhf... vectorize in the inner loop
 
 counters = {"compiles": 0, "disk_hits": 0, "memory_hits": 0, "failures": 0,

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 import sympy
 import torch
+import torch.nn.functional as F
 
 from ...ir.graph import Node, SymExpr
 from ...symbolic.functions import FloorDiv, Mod
@@ -289,30 +290,36 @@ class Lowerer:
         if name in ops.UNARY:
             if not _is_float(dt) and name not in ("neg", "abs", "relu", "square", "sign"):
                 raise Unfusable(f"{name} on {dt}")
+            if name == "hardtanh":
+                return self._hardtanh(n, A)
             x = A(a0)
             extra = ()
             if name == "gelu":
                 extra = (ops.arg(n, 1, "approximate", "none"),)
-            elif name == "leaky_relu":
-                extra = (float(ops.arg(n, 1, "negative_slope", 0.01)),)
-            elif name == "hardtanh":
-                extra = (float(ops.arg(n, 1, "min_val", -1.0)), float(ops.arg(n, 2, "max_val", 1.0)))
-            elif name == "softplus":
-                extra = (float(ops.arg(n, 1, "beta", 1.0)), float(ops.arg(n, 2, "threshold", 20.0)))
-            elif name == "elu":
-                extra = (float(ops.arg(n, 1, "alpha", 1.0)),)
+            elif name in _PARAMS:
+                extra = _activation_params(n, name)
             elif len(n.args) > 1 or set(n.kwargs) - {"input", "inplace"}:
                 raise Unfusable(f"{name} with extra arguments")
-            if any(isinstance(e, SymExpr) for e in extra):
-                raise Unfusable("symbolic activation parameter")
             return ir.op(name, (x,), dt, *extra)
         raise Unfusable(f"no lowering for {name}")
+
+    def _hardtanh(self, n, A):
+        """Eager's hardtanh is clamp (min(max(x, min_val), max_val)): a NaN bound gives NaN, and min_val >
+        max_val gives max_val. F.hardtanh's symbolic bound stays a torch call: the Python function raises
+        ValueError when min_val > max_val, a check its call makes each time and a kernel would skip."""
+        lo, hi = ops.arg(n, 1, "min_val", -1.0), ops.arg(n, 2, "max_val", 1.0)
+        if n.target is F.hardtanh and (isinstance(lo, SymExpr) or isinstance(hi, SymExpr)):
+            raise Unfusable("a symbolic hardtanh bound (F.hardtanh checks min_val <= max_val per call)")
+        dt = compute_dtype(n.meta.dtype)
+        a0 = n.args[0] if n.args else n.kwargs.get("input")
+        return self.ir.op("clamp_max", (self.ir.op("clamp_min", (A(a0), A(lo)), dt), A(hi)), dt)
 
     def _pow(self, n, idx, A):
         """pow and rpow: both operands in the op's type (a half type's exponent or base rounded to it, as
         TensorIterator casts a wrapped number and `pow(x, c)` takes `c.to<scalar_t>()`), and eager's shortcuts
         for some exponents: sqrt, rsqrt, reciprocal for 0.5, -0.5, -1 (not for float16), then x * x, x * x * x,
-        1 / (x * x) for 2, 3, -2 of the exponent in the type (bfloat16's products rounded to it)."""
+        1 / (x * x) for 2, 3, -2 of the exponent in the type (bfloat16's products rounded to it). A symbolic
+        exponent picks among them at run time, as eager's call does by its value."""
         ir, dt, out = self.ir, compute_dtype(n.meta.dtype), n.meta.dtype
         name = ops.op_name(n.target)
         a0 = n.args[0] if n.args else n.kwargs.get("input")
@@ -322,26 +329,54 @@ class Lowerer:
                 x = A(base)
                 return ir.op("mul", (x, x), dt)
             raise Unfusable("integer pow")
-        if isinstance(ex, (int, float)) and not isinstance(ex, bool) and name == "pow":
-            x = A(base)
-            if ex == 1:
-                return x
-            if out != torch.float16:
-                if ex == 0.5:
-                    return ir.op("sqrt", (x,), dt)
-                if ex == -0.5:
-                    return ir.op("rsqrt", (x,), dt)
-                if ex == -1:
-                    return ir.op("reciprocal", (x,), dt)
-            e = torch.tensor(float(ex), dtype=torch.float64).to(out).item() if out == torch.bfloat16 else ex
-            rnd = (lambda v: self.cast(self.cast_to(v, out), dt)) if out == torch.bfloat16 else (lambda v: v)
-            if e == 2:
-                return ir.op("mul", (x, x), dt)
-            if e == 3:  # bfloat16's cube rounds x * x first (float16's is pow, which rounds once)
-                return ir.op("mul", (rnd(ir.op("mul", (x, x), dt)), x), dt)
-            if e == -2 and out != torch.float16:
-                return ir.op("div", (ir.const(1.0, dt), rnd(ir.op("mul", (x, x), dt))), dt)
-        return ir.op("pow", (A(base), A(ex)), dt)
+        if name != "pow" or isinstance(ex, bool) or not ops.is_scalar(ex):
+            return ir.op("pow", (A(base), A(ex)), dt)
+        x = A(base)
+        if isinstance(ex, SymExpr):
+            return self._pow_select(x, ex, A, dt, out) if ex.pytype in (int, float) else ir.op("pow", (x, A(ex)), dt)
+        if ex == 1:
+            return x
+        raw = {0.5: 0, -0.5: 1, -1: 2}  # compared as given (exp_scalar.equal(.5))
+        e = torch.tensor(float(ex), dtype=torch.float64).to(out).item() if out == torch.bfloat16 else ex
+        typed = {2: 3, 3: 4, -2: 5}  # compared in the type (bfloat16's exponent rounded first)
+        k = raw.get(ex) if out != torch.float16 else None
+        if k is None:
+            k = typed.get(e)
+        if k is None or (out == torch.float16 and k == 5):
+            return ir.op("pow", (x, A(ex)), dt)
+        return self._pow_shortcut(k, x, dt, out)
+
+    def _pow_shortcut(self, k, x, dt, out):
+        """Eager's k-th pow shortcut of x: sqrt, rsqrt, reciprocal, x * x, x * x * x, 1 / (x * x)."""
+        ir = self.ir
+        if k < 3:
+            return ir.op(("sqrt", "rsqrt", "reciprocal")[k], (x,), dt)
+        sq = ir.op("mul", (x, x), dt)
+        if out == torch.bfloat16 and k > 3:  # bfloat16's cube and 1 / square round x * x first
+            sq = self.cast(self.cast_to(sq, out), dt)  # (float16's cube is pow, which rounds once)
+        if k == 3:
+            return sq
+        if k == 4:
+            return ir.op("mul", (sq, x), dt)
+        return ir.op("div", (ir.const(1.0, dt), sq), dt)
+
+    def _pow_select(self, x, ex, A, dt, out):
+        """x ** c for a symbolic number c: eager's shortcut for c's value at run time, else pow. float16
+        takes none (its kernel calls pow); the others compare c as given with 0.5, -0.5, -1 and in the
+        type with 2, 3, -2 (bfloat16 rounds c first: 2.004 squares)."""
+        ir, f32 = self.ir, torch.float32
+        v = ir.op("pow", (x, A(ex)), dt)
+        if out == torch.float16:
+            return v
+        for k, value in enumerate((0.5, -0.5, -1.0, 2.0, 3.0, -2.0)):
+            if k >= 3 and out == torch.bfloat16:
+                hit = ir.op("eq", (A(ex), ir.const(value, f32)), torch.bool)
+            else:  # c - value, computed by the wrapper in float64: 0 exactly when c is value, and in float32
+                # too (a Triton kernel reads a float argument as float32, which would round 0.5 + 1e-12 to 0.5)
+                diff = self.scalar(SymExpr(ex.expr - sympy.Float(value), float), f32)
+                hit = ir.op("eq", (diff, ir.const(0.0, f32)), torch.bool)
+            v = ir.op("where", (hit, self._pow_shortcut(k, x, dt, out), v), dt)
+        return v
 
     def muladd(self, a, b, c, dt):
         """a * b + c as eager's kernel computes it: one fused multiply-add, or two roundings."""
@@ -395,9 +430,19 @@ class Lowerer:
                 unbiased = n.kwargs.get("unbiased", n.args[2] if len(n.args) > 2 and isinstance(n.args[2], bool)
                                         else True)
                 corr = 1 if unbiased else 0
-            v = self.var(a, dt, corr)
-            return ir.op("sqrt", (v,), dt) if name == "std" else v
+            return self.var_or_std(a, dt, corr, name == "std")
         raise Unfusable(name)
+
+    def var_or_std(self, a, dt, corr, take_sqrt: bool):
+        """var/std over the row. Eager's CPU kernel (WelfordOps<scalar_t, double>) works in float64 for
+        float32 and the half types: deviations, squares, the division and the sqrt, rounded to the type at
+        the end; in float32 a deviation's square is 0 below 1e-19 and inf past 1.8e19 (a std of 0 or inf
+        where eager's is 1e-25 or 5e20). (layer_norm's kernel accumulates in float: `var` keeps its type.)"""
+        wide = torch.float64 if dt == torch.float32 else dt
+        v = self.var(self.cast(a, wide), wide, corr)
+        if take_sqrt:
+            v = self.ir.op("sqrt", (v,), wide)
+        return self.cast(v, dt)
 
     def shift_and_sum_exp(self, a, dt):
         """(m, sum(exp(a - m))) over the row, m its max: softmax's and cross-entropy's shift. A NaN
@@ -487,6 +532,9 @@ class Lowerer:
         if name == "layer_norm":
             eps = ops.arg(n, 4, "eps", 1e-5)
             w, b = ops.arg(n, 2, "weight"), ops.arg(n, 3, "bias")
+            # TODO: rows past sqrt(float32 max) (|x| > 1.8e19): eager's kernel (RowwiseMoments, a float Welford
+            # whose lanes merge by mean differences squared) gives NaN for some of them, by the row's length and
+            # the CPU's vector width ([1e20, 1e20]: NaN, [1e20, -1e20]: 0); the kernel gives 0 or finite values
             mean = self.shift(full, dt)
             var = self.var(full, dt, 0)
             rstd = ir.op("rsqrt", (ir.op("add", (var, self.scalar(eps, dt)), dt),), dt)
@@ -503,6 +551,31 @@ class Lowerer:
         if b is not None:
             out = ir.op("add", (out, self.at(b, idx, dt, tuple(n.meta.shape))), dt)
         return out
+
+
+# an activation's number parameters: (name, position, default); elu's scale and input_scale are
+# torch._C._nn.elu's (F.elu's third argument is `inplace`, a bool), which the kernels do not apply
+_PARAMS = {"leaky_relu": (("negative_slope", 1, 0.01),), "softplus": (("beta", 1, 1.0), ("threshold", 2, 20.0)),
+           "elu": (("alpha", 1, 1.0), ("scale", 2, 1.0), ("input_scale", 3, 1.0))}
+
+
+def _activation_params(n, name) -> tuple:
+    """The constant parameters of an activation, as floats; Unfusable for a symbolic one or an elu scale."""
+    vals = []
+    for pname, pos, default in _PARAMS[name]:
+        v = ops.arg(n, pos, pname, default)
+        if isinstance(v, bool) and pname in ("scale", "input_scale"):
+            v = default  # F.elu(x, alpha, inplace): `inplace` in the place of torch._C._nn.elu's scale
+        if isinstance(v, SymExpr):
+            raise Unfusable(f"a symbolic {name} parameter ({pname})")
+        if not isinstance(v, (int, float)):
+            raise Unfusable(f"{name}'s {pname} {v!r}")
+        vals.append(float(v))
+    if name == "elu":
+        if vals[1:] != [1.0, 1.0]:
+            raise Unfusable("elu with scale or input_scale")
+        return (vals[0],)
+    return tuple(vals)
 
 
 def _perm(n, name, rank):

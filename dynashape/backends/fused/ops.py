@@ -394,11 +394,15 @@ _PROBES = {int: (2 ** 63 - 1, -2 ** 63), float: (1.7e308, -1.7e308), bool: (True
 
 def eager_raises(n: Node, probe: SymExpr | None = None) -> bool:
     """Whether eager's call raises for this call's numbers (`masked_fill(m, 2**40)` of an int32 tensor: "value
-    cannot be converted to type int without overflow"; `x + (-2**63 - 1)`: "Overflow"), found by running it on
-    small zero tensors of its operands' types and ranks. Symbolic numbers count as 1 (any value fits), except
-    `probe`, which takes the extremes of its type: True when some value of it may raise."""
-    if not any(isinstance(a, (bool, int, float)) or isinstance(a, SymExpr)
-               for a in list(n.args) + list(n.kwargs.values())):
+    cannot be converted to type int without overflow"; `x + (-2**63 - 1)`: "Overflow") or its bool tensors
+    (`b.clamp(b, c)`: "clamp_cpu" not implemented for 'Bool', where `b.clamp(b)` runs; the meta kernels the
+    trace ran check neither), found by running it on small zero tensors of its operands' types and ranks.
+    Symbolic numbers count as 1 (any value fits), except `probe`, which takes the extremes of its type: True
+    when some value of it may raise."""
+    flat = list(n.args) + list(n.kwargs.values())
+    flat += [x for a in flat if isinstance(a, (list, tuple)) for x in a]
+    if not any(isinstance(a, (bool, int, float, SymExpr)) or (is_tensor(a) and a.meta.dtype == torch.bool)
+               for a in flat):
         return False
     one = {int: 1, float: 1.0, bool: True}
 

@@ -78,11 +78,14 @@ if INTERPRETED:
         return tl.where(x < 0, tl.ceil(x), tl.floor(x))
 
     @triton.jit
-    def pow(a, b):
+    def pow(a, b):  # C's pow on the special values: -inf and -0.0 are negative bases a fraction may raise
         r = tl.exp(b * tl.log(tl.abs(a)))
         whole = tl.floor(b) == b
         odd = whole & (tl.floor(b * 0.5) * 2.0 != b)
-        r = tl.where(a < 0, tl.where(whole, tl.where(odd, -r, r), float("nan")), r)
+        neg = (a < 0) | ((a == 0) & (1.0 / a < 0))  # -0.0 too: pow(-0.0, -1) = -inf
+        r = tl.where(neg & odd, -r, r)
+        r = tl.where((a < 0) & (a > float("-inf")) & (whole == 0), float("nan"), r)
+        r = tl.where((a == -1.0) & (tl.abs(b) == float("inf")), 1.0, r)
         r = tl.where(b == 0, 1.0, r)
         return tl.where((a == 1.0), 1.0, r)
 else:

@@ -184,14 +184,11 @@ def _op(n, a) -> str:
         return f"({_lit(0.5, dt)} * {x} * ({one} + tl.math.erf({x} * {_lit(0.7071067811865476, dt)})))"
     if name == "leaky_relu":
         return f"tl.where({x} > 0, {x}, {x} * {_lit(n.key[1], dt)})"
-    if name == "hardtanh":
-        lo, hi = _lit(n.key[1], dt), _lit(n.key[2], dt)
-        return f"tl.where({x} < {lo}, {lo}, tl.where({x} > {hi}, {hi}, {x}))"
     if name == "softplus":
         beta, th = _lit(n.key[1], dt), _lit(n.key[2], dt)
         return f"tl.where({x} * {beta} > {th}, {x}, TM.log1p(tl.exp({x} * {beta})) / {beta})"
-    if name == "elu":
-        return f"tl.where({x} > 0, {x}, {_lit(n.key[1], dt)} * TM.expm1({x}))"
+    if name == "elu":  # a zero is itself in eager, whatever alpha (NaN, inf, -0.0)
+        return f"tl.where({x} >= 0, {x}, {_lit(n.key[1], dt)} * TM.expm1({x}))"
     if name == "mish":
         sp = f"tl.where({x} > {_lit(20, dt)}, {x}, TM.log1p(tl.exp({x})))"
         return f"({x} * TM.tanh({sp}))"
