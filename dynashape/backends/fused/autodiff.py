@@ -376,13 +376,19 @@ def backward_source(region, name: str, symbols) -> "Backward":
                     [j for j, o in enumerate(region.outputs) if o in kept])
 
 
-# What eager's autograd keeps of a call for its backward (derivatives.yaml). It checks their
-# versions when the backward runs: a user who changes one in place in between gets an error there,
-# and so must ours, for the values a user can reach (the region's inputs and outputs).
+# What eager's autograd keeps of a call for its backward (derivatives.yaml; checked against the tensors
+# eager's grad_fn nodes hold, tests/backends/fused/test_hunt6_autograd.py). It checks their versions when
+# the backward runs: a user who changes one in place in between gets an error there, and so must ours,
+# for the values a user can reach (the region's inputs and outputs); a value eager does not keep must not
+# raise (autograd's error would claim eager's does).
 _KEEPS_RESULT = {"exp", "sqrt", "rsqrt", "tanh", "sigmoid", "relu", "reciprocal", "expm1", "softmax",
                  "log_softmax", "std"}
 _KEEPS_INPUT = {"log", "sin", "cos", "square", "erf", "silu", "log1p", "abs", "gelu", "pow", "var", "std",
-                "clamp", "clamp_min", "clamp_max", "layer_norm", "rms_norm"}
+                "clamp", "clamp_min", "clamp_max", "layer_norm"}
+
+
+def _needs_grad(v) -> bool:
+    return isinstance(v, Node) and ops.is_tensor(v) and v.meta.requires_grad
 
 
 def eager_saves(n: Node) -> list:
@@ -392,21 +398,25 @@ def eager_saves(n: Node) -> list:
     out = [n] if op in _KEEPS_RESULT else []
     if op in _KEEPS_INPUT and n.args:
         out.append(n.args[0])
-    if op in ("layer_norm", "rms_norm"):
-        out += [ops.arg(n, 2, "weight"), ops.arg(n, 3, "bias") if op == "layer_norm" else None]
+    if op == "layer_norm":  # native_layer_norm keeps all three, whichever requires grad
+        out += [ops.arg(n, 2, "weight"), ops.arg(n, 3, "bias")]
+    if op == "rms_norm" and n.args and _needs_grad(n.args[0]):
+        # eager's CPU rms_norm is torch calls: x.pow(2) and x * rsqrt(...) keep x (a half type's float32
+        # copy instead), `* weight` keeps the weight; none of them runs for an x that needs no gradient
+        out += ([n.args[0]] if n.args[0].meta.dtype not in HALF else []) + [ops.arg(n, 2, "weight")]
     if op == "cross_entropy":
         out.append(ops.arg(n, 1, "target"))
     if op == "where" and n.args:
         out.append(n.args[0])
     if op in ("mul", "div", "rdiv") and len(n.args) > 1:
-        a, b = (n.args[1], n.args[0]) if op == "rdiv" else (n.args[0], n.args[1])  # rdiv(x, y) = y / x
-
-        def rg(v):
-            return isinstance(v, Node) and ops.is_tensor(v) and v.meta.requires_grad
-        if op == "mul":
-            out += ([b] if rg(a) else []) + ([a] if rg(b) else [])
-        else:  # a / b: b for a's gradient, a and b for b's
-            out += ([b] if rg(a) else []) + ([a, b] if rg(b) else [])
+        a, b = n.args[0], n.args[1]
+        if op == "mul":  # each factor for the other's gradient
+            out += ([b] if _needs_grad(a) else []) + ([a] if _needs_grad(b) else [])
+        elif op == "div":  # a / b: b for a's gradient, a and b for b's
+            out += ([b] if _needs_grad(a) else []) + ([a, b] if _needs_grad(b) else [])
+        else:  # rdiv(a, b) = b / a, which eager computes as a.reciprocal() * b (Tensor.__rtruediv__): it keeps
+            # the reciprocal's result (its own) and b for a's gradient, never a
+            out += [b] if _needs_grad(a) else []
     return [v for v in out if isinstance(v, Node) and ops.is_tensor(v)]
 
 
@@ -490,13 +500,16 @@ class FusedRegion(torch.autograd.Function):
 
     What autograd version-checks is what eager would keep (`eager_saves`), so changing a tensor in
     place between forward and backward raises exactly where eager raises. An input the backward
-    reads that eager would not keep is held as is: unchecked when no user can reach it (an
-    intermediate of the graph, which changes nothing in place); with a copy taken at the forward
-    where the graph itself changes tensors in place (after this region, x.mul_(3) may change an
-    input it read), used if the original changed (made with its history where it has one, for a
-    create_graph backward to differentiate through); else checked when the backward runs, raising
-    InputChangedError if the user changed it in between (as AOTAutograd's saved inputs do; a copy
-    at every forward cost a cross-entropy step over 64x32000 logits 15%)."""
+    reads that eager would not keep is held as is: unchecked when no user can reach it (memory the
+    graph made, which changes nothing in place, and did not return or store, not even a view of it);
+    with a copy taken at the forward where the graph itself changes tensors in place (after this
+    region, x.mul_(3) may change an input it read) or where the graph made it and a user can reach
+    it (`return loss, logits.view(-1)`, then `lv.mul_(5)`: eager's saved results do not see that),
+    used if the original changed (made with its history where it has one, for a create_graph
+    backward to differentiate through); else (the caller's own tensors and views of them) checked
+    when the backward runs, raising InputChangedError if the user changed it in between (as
+    AOTAutograd's saved inputs do; a copy at every forward cost a cross-entropy step over 64x32000
+    logits 15%)."""
 
     @staticmethod
     def forward(ctx, rt, n_in, *args):
@@ -519,11 +532,12 @@ class FusedRegion(torch.autograd.Function):
                     ctx.held[i] = (t.clone(), None, None)  # now, as eager keeps what it computes from them
                 elif i in rt.internal:
                     ctx.held[i] = (t, None, None)
-                else:  # a copy where the graph itself may change it after this region (x.mul_(3) later),
+                else:  # a copy where the graph itself may change it after this region (x.mul_(3) later) or
+                    # the user may change a value the graph made and returned (`return loss, logits.view(-1)`),
                     # with its history where it has one: a create_graph backward differentiates through it
                     # to the value it had here, as eager's saved tensors do
                     with torch.enable_grad() if t.requires_grad else contextlib.nullcontext():
-                        copy = t.clone() if rt.graph_mutates else None
+                        copy = t.clone() if rt.graph_mutates or i in rt.exposed else None
                     ctx.held[i] = (t, t._version, copy)
         ctx.needs = [ctx.needs_input_grad[2 + i] for i in range(n_in)]
         ctx.set_materialize_grads(False)  # an output nobody differentiates: None, as eager's graph sees it

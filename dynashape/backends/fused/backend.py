@@ -249,6 +249,7 @@ class RegionRuntime:
         self._device_fn = None
         self.tkernel = None
         self.internal = frozenset()  # inputs no user can reach or change (plan() says which)
+        self.exposed = frozenset()  # inputs the graph made that a user can reach (plan() says which)
         self.graph_mutates = True  # whether the graph may change a region input in place (plan() says)
 
     @property
@@ -409,12 +410,14 @@ class RegionRuntime:
                 outs.append(f"out{j}")
                 total = f"out{j}.sum(0)" if kind == "col" else f"out{j}.sum()"
                 counted = r.domain[:-1] if kind == "col" else r.domain
-                if ops.op_name(o.target) == "mean":  # one expression: `(s0 + 1) // 2 - 1 * s1` was a precedence bug
-                    total = f"({total} / ({pyexpr(sympy.Mul(*[sympy.sympify(d) for d in counted]))}))"
                 shape = ", ".join(pyexpr(d) if not isinstance(d, int) else str(d) for d in o.meta.shape)
                 # into a tensor of its own: a view (reshape of the sum) returned by the region's autograd
                 # Function could not be changed in place by the user (torch forbids it for such views)
                 epilogue.append(f"    out{j} = _fresh({total}, ({shape}{',' if shape else ''}), {o.meta.dtype})")
+                if ops.op_name(o.target) == "mean":  # the sum in the result's type, then divided, as eager's
+                    # mean is: a float32 sum past float32's range is +-inf, and so is its mean (not sum / n in
+                    # float64, finite). One expression: `(s0 + 1) // 2 - 1 * s1` was a precedence bug
+                    epilogue.append(f"    out{j}.div_({pyexpr(sympy.Mul(*[sympy.sympify(d) for d in counted]))})")
                 continue
             if ops.family(o) == "xent":
                 dims = [r.domain[0]]
@@ -485,19 +488,56 @@ class RegionRuntime:
         return fn
 
 
-# calls whose result is new memory (never an alias of an argument)
+# calls whose result is new memory (never an alias of an argument); einsum only of two or more operands
+# (`einsum("ij->ji", x)` returns a view of x)
 _FRESH_CALLS = {"matmul", "mm", "bmm", "linear", "addmm", "baddbmm", "conv1d", "conv2d", "conv3d", "einsum",
                 "scaled_dot_product_attention", "embedding", "cat", "stack"}
 
 
-def _internal(t) -> bool:
-    """A value of the graph that no user can reach: computed into new memory, not returned."""
-    if t.kind != "call" or any(u.kind == "output" for u in t.users):
+def _made_here(n) -> bool:
+    """Whether call `n` returns new memory, never (a view of) an argument's."""
+    if n.kind != "call":
         return False
-    name = ops.op_name(t.target)
-    if name is not None:
-        return ops.family(t) in ("pointwise", "reduce", "composite", "xent") and name not in ops.CASTS
-    return getattr(t.target, "__name__", None) in _FRESH_CALLS
+    name = ops.op_name(n.target)
+    if name is not None:  # (a cast of the same dtype is "identity": eager returns the tensor itself)
+        return ops.family(n) in ("pointwise", "reduce", "composite", "xent")
+    fn = getattr(n.target, "__name__", None)
+    if fn == "einsum":
+        return len([a for a in _nodes_in(n.args[1:]) if ops.is_tensor(a)]) > 1
+    return fn in _FRESH_CALLS
+
+
+def _memory_roots(t) -> set | None:
+    """The calls that made the memory `t` may share, found walking back through views and calls that may
+    return (a view of) an argument; None where it may be the caller's (an input, a parameter, a constant)."""
+    roots, seen, todo = set(), set(), [t]
+    while todo:
+        n = todo.pop()
+        if n in seen:
+            continue
+        seen.add(n)
+        if n.kind != "call":
+            return None
+        args = [a for a in _nodes_in((n.args, n.kwargs)) if a.kind != "symbol" and not isinstance(a.meta, SymExpr)]
+        if _made_here(n) or not args:  # (a call that reads no value, torch.arange(n), makes new memory)
+            roots.add(n)
+        else:
+            todo += args
+    return roots
+
+
+def _holding(inputs) -> tuple[frozenset, frozenset]:
+    """(internal, exposed): the positions of a region's inputs whose memory the graph made and no user can
+    reach (its backward may read them as they are), and of those whose memory the graph made and a user
+    can reach, through a returned or stored value or a view of one (`return loss, logits.view(-1)`): the
+    user may change them before the backward, which eager's saved results do not see, so the forward keeps
+    a copy. The other inputs are the caller's tensors (or views of them): version-checked, as documented."""
+    internal, exposed = set(), set()
+    for j, t in enumerate(inputs):
+        roots = _memory_roots(t)
+        if roots is not None:
+            (exposed if any(_reachable(r) for r in roots) else internal).add(j)
+    return frozenset(internal), frozenset(exposed)
 
 
 XENT_RANGE = ("cross_entropy: a target is outside [0, number of classes) and is not ignore_index (eager's "
@@ -528,12 +568,17 @@ def _fresh(t, shape, dtype):
 
 
 def _reachable(t) -> bool:
-    """Whether a user can hold `t` (or a view of it) after the call: a hook, retain_grad() on it."""
-    def may_alias(u):
-        fam = ops.family(u)
-        return fam in ("view", "identity") or (fam is None and u.kind == "call" and
-                                               getattr(u.target, "__name__", None) not in _FRESH_CALLS)
-    return any(u.kind == "output" or (may_alias(u) and _reachable(u)) for u in t.users)
+    """Whether a user can hold `t` (or a view of it) after the call: a hook, retain_grad() on it, an
+    in-place change of it."""
+    seen, todo = set(), [t]
+    while todo:
+        for u in todo.pop().users:
+            if u.kind == "output":
+                return True
+            if u not in seen and u.kind == "call" and not _made_here(u):  # may return (a view of) its argument
+                seen.add(u)
+                todo.append(u)
+    return False
 
 
 def _layout_matters(graphs) -> bool:
@@ -562,7 +607,7 @@ def plan(graph: Graph, layout_matters: bool | None = None, used_elsewhere: froze
             if shared is not None:
                 shared[key] = rts[-1]
             elif not mutates:
-                rts[-1].internal = frozenset(j for j, t in enumerate(r.inputs) if _internal(t))
+                rts[-1].internal, rts[-1].exposed = _holding(r.inputs)
                 rts[-1].graph_mutates = False
         except Unfusable as e:
             log.debug("region of %s stays torch calls: %s", [n.name for n in r.nodes], e)

@@ -6,10 +6,11 @@ arguments and check at run time what the fast path needs (float32 CPU dense tens
 that is 2-D or contiguous, a weight that is 2-D, a bias that is 1-D, enough work to pay for the
 call); anything else, and any error, is torch's own call, so eager's results, errors and
 autograd graph stand wherever the fast path does not apply. Under autograd the product is one
-`torch.autograd.Function` (`GemmBackward`) that saves what eager's addmm saves (input and
-weight, version-checked alike) and computes the input's and the weight's gradients by brgemm too,
-the bias's gradient as the weight product's by-product (row or column sums, in double). Under
-`create_graph=True` the backward is torch's calls, so it can be differentiated again.
+`torch.autograd.Function` (`GemmBackward`) that saves what eager's addmm saves (the input where
+the weight's gradient is wanted, the weight where the input's is, version-checked alike) and
+computes the input's and the weight's gradients by brgemm too, the bias's gradient as the weight
+product's by-product (row or column sums, in double). Under `create_graph=True` the backward is
+torch's calls, so it can be differentiated again.
 
     linear = torch.nn.functional.linear(x, w, b)   ->   linear = _f3(x, w, b)   # matmul.linear
 """
@@ -108,8 +109,11 @@ class _Gemm(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, w, b, nk, got):
-        ctx.save_for_backward(x, w)
-        ctx.nk = nk
+        # what eager's mm/addmm keeps: x for w's gradient, w for x's, each only where that gradient is
+        # wanted (an in-place update of a frozen input's weight before the backward is fine in eager)
+        need_x, need_w = ctx.needs_input_grad[:2]
+        ctx.save_for_backward(x if need_w else None, w if need_x else None)
+        ctx.nk, ctx.x_shape = nk, x.shape
         out = _product(x, b, got)
         if out is None:  # the library declined: torch's result (still our backward, which is exact)
             out = F.linear(x, w, b) if nk else (torch.addmm(b, x, w) if b is not None else torch.matmul(x, w))
@@ -117,20 +121,20 @@ class _Gemm(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, g):
-        x, w = ctx.saved_tensors
+        x, w = ctx.saved_tensors  # (None where forward did not keep it: its gradient is not wanted)
         need_x, need_w, need_b = ctx.needs_input_grad[:3]
         N = g.shape[-1]
-        x2, g2 = x.reshape(-1, x.shape[-1]), g.reshape(-1, N)
-        wkn = w.t() if ctx.nk else w  # (K, N)
+        x2, g2 = x.reshape(-1, x.shape[-1]) if x is not None else None, g.reshape(-1, N)
+        wkn = (w.t() if ctx.nk else w) if w is not None else None  # (K, N)
         gx = gw = gb = None
         if torch.is_grad_enabled():  # create_graph: torch's calls, which autograd can differentiate again
-            gx = (g2 @ wkn.t()).reshape(x.shape) if need_x else None
+            gx = (g2 @ wkn.t()).reshape(ctx.x_shape) if need_x else None
             gw = (g2.t() @ x2 if ctx.nk else x2.t() @ g2) if need_w else None
             gb = g2.sum(0) if need_b else None
             return gx, gw, gb, None, None
         if need_x:
             gx = gemm.mm(g2, wkn.t())
-            gx = (g2 @ wkn.t() if gx is None else gx).reshape(x.shape)
+            gx = (g2 @ wkn.t() if gx is None else gx).reshape(ctx.x_shape)
         if need_w:
             # (N, K) = g^T x for linear's weight, (K, N) = x^T g for addmm's; the bias's gradient is g's
             # column sums: the rows of g^T, the columns of g, summed while the product reads them
