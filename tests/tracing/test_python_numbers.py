@@ -121,3 +121,21 @@ def test_a_float_form_decided_equal_to_zero_stays_a_float_with_its_sign(dynamic,
         assert got[0].dtype == want[0].dtype
         torch.testing.assert_close(got[0], want[0])
         assert [(type(a), math.copysign(1.0, a)) for a in got[1:]] == [(type(a), math.copysign(1.0, a)) for a in want[1:]]
+
+
+@pytest.mark.parametrize("dynamic, backend", MODES)
+def test_floor_and_ceil_of_an_infinite_item_raise_overflow_error_as_eager(dynamic, backend):
+    """`math.floor(x.max().item())` of an infinity: the printed `int(v // 1)` raised ValueError (inf // 1
+    is NaN) where eager's math.floor raises OverflowError (a hunt, sixth session)."""
+    def f(x):
+        return x + math.floor(x.max().item()) - math.ceil(x.min().item())
+    cf = ds.compile(f, dynamic=dynamic, backend=backend)
+    for row in ([1.5, 2.0], [1.5, -2.5, 3.0], [float("inf"), 1.0], [float("nan"), 1.0], [-float("inf"), 0.0]):
+        x = torch.tensor(row)
+        try:
+            want = f(x)
+        except (OverflowError, ValueError) as e:
+            with pytest.raises(type(e)):
+                cf(x)
+        else:
+            torch.testing.assert_close(cf(x), want)

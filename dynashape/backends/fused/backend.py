@@ -749,7 +749,7 @@ def rewrite(g: Graph, rts: list, products: bool = False) -> Graph:
             if rt is None:
                 continue
             r = rt.region
-            args = [new[t] for t in r.inputs] + [SymExpr(rt.formulas[s], float) if s in rt.formulas else SymExpr(s)
+            args = [new[t] for t in r.inputs] + [SymExpr(rt.formulas[s], int if s.is_integer else float) if s in rt.formulas else SymExpr(s)
                                                  for s in rt.symbols]
             metas = tuple(o.meta for o in r.outputs)
             if len(r.outputs) == 1:

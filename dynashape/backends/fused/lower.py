@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 
 from ...ir.graph import Node, SymExpr
-from ...symbolic.functions import FloorDiv, Mod
+from ...symbolic.functions import CeilToInt, FloorDiv, FloorToInt, Mod, TruncToInt
 from . import ops
 from .loopir import IR
 
@@ -87,11 +87,12 @@ class Lowerer:
 
     def scalar(self, v, dt):
         dt = compute_dtype(dt)
-        if isinstance(v, SymExpr) and v.pytype is float and not (v.expr.is_Symbol or v.expr.is_Number):
-            # a float formula (`s * 0.1 * 3`): the wrapper computes it in Python, with eager's rounding and
-            # errors (ZeroDivisionError), and the kernel reads its value
-            stand_in = self.float_exprs.setdefault(v.expr, sympy.Symbol(f"zfx{len(self.float_exprs)}", real=True))
-            return self.cast(self.ir.sym(stand_in, torch.float64), dt)
+        if isinstance(v, SymExpr) and _by_caller(v):
+            # a float formula (`s * 0.1 * 3`), or an int made from one (`math.floor(x.item())`): the wrapper
+            # computes it in Python, with eager's rounding and errors (ZeroDivisionError, OverflowError for
+            # an infinity), and the kernel reads its value
+            stand_in = self.wrapper_value(v)
+            return self.cast(self.ir.sym(stand_in, torch.float64 if v.pytype is float else torch.int64), dt)
         if isinstance(v, SymExpr):
             return self.cast(self.ir.sym(v.expr, torch.float64 if v.pytype is float else torch.int64), dt)
         if isinstance(v, bool) and dt != torch.bool:
@@ -111,8 +112,10 @@ class Lowerer:
     def wrapper_value(self, v: SymExpr):
         """The expression the region's wrapper evaluates to get symbolic number `v` (a float formula's
         stand-in symbol, which the caller computes)."""
-        if v.pytype is float and not (v.expr.is_Symbol or v.expr.is_Number):
-            return self.float_exprs.setdefault(v.expr, sympy.Symbol(f"zfx{len(self.float_exprs)}", real=True))
+        if _by_caller(v):
+            n = len(self.float_exprs)
+            return self.float_exprs.setdefault(v.expr, sympy.Symbol(f"zfx{n}", real=True) if v.pytype is float
+                                               else sympy.Symbol(f"zix{n}", integer=True))
         return v.expr
 
     def narrowed(self, v, half):
@@ -613,3 +616,10 @@ def _reshape_index(src: tuple, out: tuple, idx: tuple) -> tuple:
         res.append(q if d == 0 else Mod(q, s))
     return tuple(res)
 
+
+def _by_caller(v: SymExpr) -> bool:
+    """A number the region's wrapper computes in Python: a float formula, or an int converted from a float
+    (floor, ceil, int() of one: C's conversion of an infinity or NaN is undefined, Python's raises)."""
+    if v.expr.is_Symbol or v.expr.is_Number:
+        return False
+    return v.pytype is float or v.expr.has(FloorToInt, CeilToInt, TruncToInt)
