@@ -248,14 +248,14 @@ def test_changing_the_default_dtype_inside_the_function_is_a_graph_break():
     assert "set_default_dtype" in cf.stats.graph_breaks[0]
 
 
-def test_a_power_of_a_size_and_math_sqrt_of_it_stay_symbolic_but_from_math_import_sqrt_specializes():
+def test_a_power_of_a_size_and_math_sqrt_of_it_stay_symbolic_also_under_from_math_import_sqrt():
     import math
     from math import sqrt
     cases = [(torch.ones(2, n),) for n in (3, 5, 7)]
     check_vs_eager(lambda x: x / x.size(-1) ** 0.5, cases, compiles=1)
     check_vs_eager(lambda x: x / math.sqrt(x.size(-1)), cases, compiles=1)  # as torch.compile (was 3)
-    cf = check_vs_eager(lambda x: x / sqrt(x.size(-1)), cases, compiles=3)  # bound before any trace
-    assert "L['x'].size()[1] == 3" in cf.entries[-1].guards
+    # a name bound before any trace is swapped for the trace's router too (it specialized the size before)
+    check_vs_eager(lambda x: x / sqrt(x.size(-1)), cases, compiles=1)
 
 
 def _eager_equal(fn, cases, **kw):

@@ -45,6 +45,8 @@ from .errors import RecompileError
 from .annotations import _ATTR as _MARKS
 from .module_scalars import symbolic_attributes
 from .pystate import PyState, Runner
+from .pystate_swaps import ARGUMENT
+from .raise_order import RaiseOrder
 from .dispatch import widen_for
 from ..tracing.nondeterministic import RngStates
 from ..tracing.pyenv import trace_environment
@@ -434,7 +436,7 @@ class CompiledFunction:
         state = PyState(tracer, self._globals, self._closure)
         if self.dynamic is None and config.automatic_dynamic_shapes:
             state.frame_state = self.frame_state
-        tracer.object_input = lambda v, src: (state.root(v, src), v)[1]
+        tracer.object_input = lambda v, src: state.root(v, src, ARGUMENT)  # (an iterator: a copy or stand-in)
         outer = Outer(self._globals, self._closure, self._freevars, self._co_names, self._chains, tracer, state)
         modules = outer.prepare(L)
         grad = torch.is_grad_enabled()
@@ -474,15 +476,19 @@ class CompiledFunction:
                         raise GraphBreak(f"{why} ({src.pretty()})", None, _fleet.advice)
                     state.module(m, src)
                 state.snapshot()
+                order = state.order = RaiseOrder(state, graph, env)  # changes before calls that may raise
                 rngs = outer.on_walked = RngStates(state.ns, state.containers, tracer.value_inputs)
                 try:
+                    state.check_swaps()  # an iterator with nothing to put in its place: before the trace draws
                     with trace_environment() as environ_reads, outer.watching():
                         tracer.run(self._fn, call_args, call_kwargs, finish=state.finish)
+                        order.check(tracer)
                         rngs.check()  # one it drew from breaks: its draws would be baked into the graph
                         outer.check()
                     state.environ(environ_reads)
                     state.ran_methods(outer._codes)
                 finally:
+                    order.stop()
                     state.restore()  # nothing of the trace stays in the user's objects
                     rngs.restore()
                     tracer.real = env.speculate = None  # (an entry keeps its env: not this call's arguments)

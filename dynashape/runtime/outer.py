@@ -129,6 +129,11 @@ class Outer:
             self.modules += [(_sub(src, n), m) for n, m in v.named_modules()]
         elif isinstance(v, (types.FunctionType, types.BuiltinFunctionType, type)):
             tracer.value_inputs.append(_ident(src, v))  # a rebound helper function or class recompiles
+            router = state.router_for(v)
+            if router is not None:  # `from torch import manual_seed`: the patch on torch never sees this
+                if holder is not None:  # name, so the trace calls what `torch.manual_seed` calls meanwhile
+                    self._swap(holder, v, router)
+                return
             if isinstance(v, types.FunctionType) and not _library(v):  # and one whose code was replaced
                 tracer.value_inputs.append(_ident(AttrSource(src, "__code__"), v.__code__))  # (autoreload)
             if isinstance(v, types.FunctionType) and not _library(v):
@@ -146,8 +151,8 @@ class Outer:
             state.root(v.keywords, AttrSource(src, "keywords"))
         elif callable(v) and not is_object(v):
             tracer.value_inputs.append(_ident(src, v))
-        else:  # constants, containers, config objects: walked, guarded, changes replayed
-            state.root(v, src)
+        else:  # constants, containers, config objects: walked, guarded, changes replayed (an iterator
+            state.root(v, src, holder)  # swapped where it sits for a copy the trace draws from)
 
     def _chains(self, chains, g: dict, source) -> None:
         for root, attrs in chains:  # settings.Cfg.scale, Cfg.scale: the attribute read, not the class

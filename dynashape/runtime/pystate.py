@@ -24,7 +24,6 @@ import copy
 import functools
 import logging
 import types
-import warnings
 import weakref
 
 import torch
@@ -33,13 +32,14 @@ from torch.nn.modules import module as nn_module
 from ..guards import module_epoch, native
 from ..symbolic.symtypes import SymBase
 from ..symbolic.userloc import evaluate
-from ..symbolic.sources import AttrSource, GlobalSource, ItemSource, ModuleGlobalSource, NamespaceSource, Source
+from ..symbolic.sources import AttrSource, ItemSource, NamespaceSource, Source
 from ..tracing.errors import GraphBreak
 from ..tracing.outputs import Template, build, builder
-from ..tracing.pyenv import IteratorStandIn, WeakStandIn
+from ..tracing.pyenv import WeakStandIn
 from .annotations import ANY as _MARKED_ANY
 from .pystate_classes import _ATOMIC, _PLAIN, ClassState, _library_class, _plain, exact_text, _exactly
-from .pystate_containers import _contents, _position, _set_items, _slot, _target
+from .pystate_containers import _contents, _set_items, _target
+from .pystate_swaps import ARGUMENT, SwapState
 from .pystate_why import _module_attributes_text, _why_attrs, _why_dicts, _why_keys, _why_modules, _why_replaced
 
 # loggers and their machinery: what the user's code asks of them (a record, isEnabledFor) is decided
@@ -58,7 +58,7 @@ def _key_ok(k) -> bool:
     return isinstance(k, (str, int)) and not isinstance(k, bool)
 
 
-class PyState(ClassState):
+class PyState(ClassState, SwapState):
     """Guards, snapshot and effects for the Python objects one trace can reach."""
 
     def __init__(self, tracer, globals_=None, closure=()):
@@ -88,9 +88,12 @@ class PyState(ClassState):
         self.frame_state = None  # automatic dynamic for closed-over ints (runtime.policy.FrameState)
         self.ignored: set = set()  # (id(dict), key): put there for the trace only (runtime/outer.py)
         self.stored: set = set()  # names the user's code the trace ran stores as globals or attributes
-        self._iterators: list = []  # (iterator, source, its position before the trace)
-        self._swaps: list = []  # (container, key, the copy or stand-in the trace draws from, the iterator)
+        self._iterators: list = []  # (the copy of an iterator the trace draws from, source, its position)
+        self._swaps: list = []  # (container, key, what the trace sees there, the user's object)
+        self._twins: dict = {}  # id(iterator) -> the copy or stand-in the trace draws from
+        self._refused = None  # a GraphBreak the walk found before the trace (pystate_swaps.py)
         self.on_module = None  # fn(module) for each module met on the way (runtime/outer.py watches its reads)
+        self.order = None  # runtime/raise_order.py's markers: the changes made before calls that may raise
 
     # ------------------------------------------------------------ walking
     def _const(self, v, hint="k") -> str:
@@ -112,11 +115,14 @@ class PyState(ClassState):
     def _reader(self, src: Source):
         return _Reader(src, self.env)
 
-    def root(self, v, src: Source) -> None:
-        """An argument or global the trace may read: guard and track what it reaches."""
+    def root(self, v, src: Source, holder=None):
+        """An argument or global the trace may read: guard and track what it reaches. `holder`: (the
+        dict, list or closure cell, the key) where it sits, or ARGUMENT (pystate_swaps.py). Returns what
+        the trace sees in its place (an iterator argument's copy or stand-in; `v` itself otherwise)."""
         var = self._name("v")
         self.lines.append(f"{var} = {src.name()}")
-        self._visit(v, src, var, 0)
+        self._visit(v, src, var, 0, holder)
+        return self.given(v, holder)
 
     def copied(self, copy, src: Source) -> None:
         """A list/dict argument the tracer rebuilt with symbolic values (ints may be dynamic): the
@@ -186,12 +192,18 @@ class PyState(ClassState):
             self._check(f"{var} is {self._const(v, 'o')}", f"{src.pretty()} is {getattr(v, '__name__', v)}")
             if isinstance(v, types.ModuleType) and self.on_module is not None:
                 self.on_module(v)
+            elif isinstance(v, types.BuiltinFunctionType):  # `from warnings import warn`: intercepted
+                self._route(v, holder)
             return
         first = self._seen.get(id(v))
         if first is not None:  # met before on another path: the same object again
             other = self._var.get(id(v))
             if other is not None:
                 self._check(f"{var} is {other}", f"{src.pretty()} is {first.pretty()}")
+            if id(v) in self._twins:  # an iterator: its copy or stand-in here too
+                self._met_again(v, src, holder)
+            elif isinstance(v, types.FunctionType):
+                self._route(v, holder)
             return
         if isinstance(v, torch.nn.Module):
             self._check(f"{var} is {self._const(v, 'o')}", f"{src.pretty()} is the same module")
@@ -244,11 +256,9 @@ class PyState(ClassState):
         if isinstance(v, (weakref.WeakValueDictionary, weakref.WeakKeyDictionary, weakref.WeakSet)):
             # what it holds comes and goes with the caller's objects: a stand-in that breaks at any use
             self._check(f"{var} is {self._const(v, 'o')}", f"{src.pretty()} is the same {type(v).__name__}")
-            holder = holder or self._global_holder(v, src)
-            if holder is not None:
-                if isinstance(holder[0], dict):
-                    self.ignored.add((id(holder[0]), holder[1]))
-                self._swap_in(holder[0], holder[1], WeakStandIn(v, src.pretty()), v)
+            holder = self._holder(holder, v, src)
+            if holder is not None and holder is not ARGUMENT:
+                self._place(holder, WeakStandIn(v, src.pretty()), v)
             return
         if isinstance(v, (set, frozenset)):
             self._check(f"{var} == {self._const(set(v))}", f"{src.pretty()} == {v!r}")
@@ -256,6 +266,7 @@ class PyState(ClassState):
         if isinstance(v, types.FunctionType):  # by code object and closure contents, not identity
             self._check(f"type({var}) is {t} and {var}.__code__ is {self._const(v.__code__, 'code')}",
                         f"{src.pretty()} is a function of {v.__qualname__}'s code")
+            self._route(v, holder)  # `self.seed = torch.manual_seed`: intercepted as torch.manual_seed is
             self._walk_cells(v, src, var, depth, int_policy=True)
             self._attrs(v, src, var, depth)
             return
@@ -310,52 +321,6 @@ class PyState(ClassState):
             if kind == "attrs":
                 self._contained_attrs(obj, src)
             self._written = None  # its writes are not watched: every container is compared
-
-    def _iterator(self, it, src: Source, holder=None) -> None:
-        """An iterator the trace can reach (a global, an attribute, an item; `holder` says where it sits):
-        the trace draws from a copy of it (put in its place once the snapshot is taken, the original
-        put back before the trace's changes are read), and a trace that advanced it is a graph break,
-        whose eager run then draws from the original as eager would. One that cannot be copied (a
-        generator) is replaced by a stand-in that breaks at the first draw, before drawing. Only one
-        in a tuple is watched in place: advanced, it breaks too, one draw late."""
-        holder = holder or self._global_holder(it, src)
-        if holder is None:
-            self._iterators.append((it, src, _position(it)))
-            return
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                twin = copy.copy(it)
-        except Exception:  # noqa: BLE001 - not copyable: a stand-in that breaks
-            twin = None
-        if twin is not None and twin is not it and _position(twin) is not None and _position(twin) == _position(it):
-            self._iterators.append((twin, src, _position(twin)))
-        else:
-            twin = IteratorStandIn(it, src.pretty())
-        c, key = holder
-        if isinstance(c, dict):
-            self.ignored.add((id(c), key))
-        self._swap_in(c, key, twin, it)
-
-    def _swap_in(self, c, key, twin, it) -> None:
-        """`twin` in the place of `it` in container `c` while the trace runs (from the snapshot on)."""
-        self._swaps.append((c, key, twin, it))
-        if hasattr(self, "_snap"):  # met while tracing: the snapshot is taken
-            c[key] = twin
-
-    def _global_holder(self, v, src: Source):
-        """(globals dict, name) where a global `v` sits, or None."""
-        if not isinstance(src, (ModuleGlobalSource, GlobalSource)):
-            return None
-        d = self.env.get(src.base.key) if isinstance(src, ModuleGlobalSource) else self.env["G"]
-        return (d, src.global_name) if d is not None and d.get(src.global_name) is v else None
-
-    def _unswap(self) -> None:
-        """The iterators the trace drew from copies of back in their places."""
-        for c, key, twin, it in self._swaps:  # (whether or not its dict is a container)
-            if _slot(c, key) is twin:
-                c[key] = it
-        self._swaps.clear()
 
     def absent(self, space: NamespaceSource, name: str, src: Source) -> None:
         """A module attribute the trace looked for and did not find (`getattr(config, "EXTRA", 1.0)`)."""
@@ -565,11 +530,7 @@ class PyState(ClassState):
     def finish(self, out):
         """Called at the end of the trace: the output and the side effects as one flat IR tuple."""
         self._unswap()
-        for it, src, pos in self._iterators:
-            if pos is not None and _position(it) != pos:
-                raise GraphBreak(f"the function advanced {src.pretty()}, a {type(it).__name__} iterator whose "
-                                 "position a compiled call cannot replay", None,
-                                 "What to do: draw from it outside the compiled function and pass the value.")
+        self._refuse_advanced()
         self._refuse_changed_classes()
         tmpl = Template(self.tracer, self.readers)
         self.template = tmpl
@@ -580,25 +541,28 @@ class PyState(ClassState):
                 self._unchanged_stores(kind, obj, src, before, _contents(kind, obj))
             if unwritten and kind not in _UNTAGGED:
                 continue
-            now = _contents(kind, obj)
-            if kind == "list":
-                if len(now) != len(before) or any(a is not b for a, b in zip(now, before)):
-                    self.effects.append(("list", self.readers.get(id(obj)) or self._reader(src),
-                                         [tmpl.of(x) for x in now], None))
-                continue
-            sets = [(k, tmpl.of(x)) for k, x in now.items()
-                    if (k not in before or before[k] is not x) and (id(obj), k) not in self.ignored]
-            if any(isinstance(k() if isinstance(k, weakref.ref) else k, (torch.Tensor, SymBase)) for k, _ in sets):
-                raise GraphBreak(f"the function stores a traced value as a key of {src.pretty()}: the key would "
-                                 "be a stand-in of the trace, not the call's value", None,
-                                 "What to do: key it by something else, or store it outside the compiled function.")
-            dels = [k for k in before if k not in now]
-            if sets or dels:
-                if isinstance(obj, torch.nn.Module) or (kind == "dict" and isinstance(src, AttrSource)
-                                                        and src.attr in ("_parameters", "_buffers", "_modules")):
-                    self.module_targets = True
-                self.effects.append((kind, self.readers.get(id(obj)) or self._reader(src), sets, dels))
+            effect = self.effect(tmpl, kind, obj, src, before, _contents(kind, obj))
+            if effect is not None:
+                self.effects.append(effect)
+                self.module_targets = self.module_targets or _module_target(kind, obj, src)
         return tuple(tmpl.flat)
+
+    def effect(self, tmpl, kind, obj, src, before, now):
+        """What replays the change of one container from `before` to `now` (specs of `tmpl`), or None."""
+        if kind == "list":
+            if len(now) != len(before) or any(a is not b for a, b in zip(now, before)):
+                return "list", self.readers.get(id(obj)) or self._reader(src), [tmpl.of(x) for x in now], None
+            return None
+        sets = [(k, tmpl.of(x)) for k, x in now.items()
+                if (k not in before or before[k] is not x) and (id(obj), k) not in self.ignored]
+        if any(isinstance(k() if isinstance(k, weakref.ref) else k, (torch.Tensor, SymBase)) for k, _ in sets):
+            raise GraphBreak(f"the function stores a traced value as a key of {src.pretty()}: the key would "
+                             "be a stand-in of the trace, not the call's value", None,
+                             "What to do: key it by something else, or store it outside the compiled function.")
+        dels = [k for k in before if k not in now]
+        if sets or dels:
+            return kind, self.readers.get(id(obj)) or self._reader(src), sets, dels
+        return None
 
     def _unchanged_stores(self, kind, obj, src, before, now) -> None:
         """A store of the object that was there already (`CALLS = 0` where CALLS is 0) leaves no
@@ -645,6 +609,8 @@ class PyState(ClassState):
     def runner(self, fn):
         """fn(L) -> flat graph values becomes fn(L) -> the output, with the effects applied."""
         finish = self.finisher()
+        if self.order is not None and self.order.marks:  # what eager had changed when the graph raises
+            return _named(self.order.runner(fn, finish), fn)
         i = getattr(finish, "index", None)
         if i is not None:  # one value out, no effects: the common case, one call fewer
             if getattr(type(fn), "forwards_to_fn", False):  # fn(L) is fn.fn(L), fn.fn swapped when ready
@@ -662,26 +628,47 @@ class PyState(ClassState):
 
         def finish(flat, L):
             memo: dict = {}
-            todo = []
-            for kind, read, sets, dels in effects:
-                target = read(L)
-                if kind == "list":
-                    todo.append((kind, target, [build(s, flat, L, memo) for s in sets], None))
-                else:
-                    todo.append((kind, target, [(k, build(s, flat, L, memo)) for k, s in sets], dels))
-            for kind, target, sets, dels in todo:
-                if kind == "list":
-                    _set_items(target, sets)
-                    continue
-                d = _target(kind, target)
-                for k, v in sets:
-                    d[k] = v
-                for k in dels:
-                    d.pop(k, None)
-            if bump:
-                module_epoch.epoch[0] += 1
+            apply_effects(effects, flat, L, memo, bump)
             return build(out_spec, flat, L, memo)
         return finish
+
+
+def apply_effects(effects, flat, L, memo: dict, bump: bool) -> None:
+    """The effects written with this call's values (`flat`: the graph's)."""
+    write_effects(read_effects(effects, flat, L, memo), bump)
+
+
+def read_effects(effects, flat, L, memo: dict) -> list:
+    """(kind, target, values) of each effect, with every target read before any is written (a replaced
+    attribute's old object is still the one its changes go to)."""
+    todo = []
+    for kind, read, sets, dels in effects:
+        target = read(L)
+        if kind == "list":
+            todo.append((kind, target, [build(s, flat, L, memo) for s in sets], None))
+        else:
+            todo.append((kind, target, [(k, build(s, flat, L, memo)) for k, s in sets], dels))
+    return todo
+
+
+def write_effects(todo, bump: bool) -> None:
+    for kind, target, sets, dels in todo:
+        if kind == "list":
+            _set_items(target, sets)
+            continue
+        d = _target(kind, target)
+        for k, v in sets:
+            d[k] = v
+        for k in dels:
+            d.pop(k, None)
+    if bump:
+        module_epoch.epoch[0] += 1
+
+
+def _module_target(kind, obj, src) -> bool:
+    """A module's own dict or its members' (what the guards' watch of module dicts must hear of)."""
+    return isinstance(obj, torch.nn.Module) or (kind == "dict" and isinstance(src, AttrSource)
+                                                and src.attr in ("_parameters", "_buffers", "_modules"))
 
 
 _MISSING = object()

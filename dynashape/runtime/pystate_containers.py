@@ -16,15 +16,25 @@ def _set_items(obj, items) -> None:
 
 
 def _position(it):
-    """Where an iterator stands (equal while it is not advanced), or None when that cannot be told."""
+    """Where an iterator stands (equal while it is not advanced), or None when that cannot be told: a
+    generator (its frame is back at the same `yield` after a loop's turn, so its instruction offset
+    says nothing), and one whose state holds another iterator (`map`, `zip`, `enumerate`, `cycle`: a
+    copy shares that one, and a draw from the copy advances it without changing the copy's own state)."""
     if isinstance(it, types.GeneratorType):
-        return (it.gi_frame.f_lasti if it.gi_frame is not None else -1,)
+        return None
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # itertools' pickling support is deprecated
-            return it.__reduce__()
+            state = it.__reduce__()
     except Exception:  # noqa: BLE001
         return None
+    if any(_shares(x) for part in state[1:] for x in (part if isinstance(part, tuple) else (part,))):
+        return None
+    return state
+
+
+def _shares(x) -> bool:
+    return hasattr(type(x), "__next__") or isinstance(x, tuple) and any(_shares(y) for y in x)
 
 
 def _slot(c, key):
