@@ -26,6 +26,7 @@ from ..symbolic.shape_env import DimDynamic, ShapeEnv
 from ..symbolic.sources import ItemSource, LocalSource
 from ..symbolic.userloc import user_frames
 from ..tracing.errors import GraphBreak, GraphBreakError
+from ..tracing.global_state import parametrized
 from ..tracing.pyenv import trace_environment
 from ..tracing.meta.common import canonical_strides
 from ..tracing.speculate import RealValues
@@ -156,6 +157,8 @@ class _Trace:
         grad = self.grad = torch.is_grad_enabled()
         module = getattr(self.fn, "__self__", None)
         module = module if isinstance(module, torch.nn.Module) else None
+        if module is not None:
+            parametrized(tracer, module)  # the program checks it runs outside parametrize.cached()
         # named now: the trace rebinds a buffer (`self.count += 1`) to its stand-in until restored
         self.state_names = _state_names(module)
         snap = Snapshot()

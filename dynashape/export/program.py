@@ -27,7 +27,7 @@ import sympy
 import torch
 
 from ..ir.codegen import compile_graph
-from ..tracing.global_state import FLAG_GETTERS
+from ..tracing.global_state import FLAG_GETTERS, PARAMETRIZE_CACHE, _parametrize_cache_enabled
 from ..tracing.meta.common import canonical_strides
 from ..tracing.speculate import SideExit
 from ..ir.graph import Graph
@@ -129,6 +129,8 @@ _FLAG = re.compile(r"torch\.([a-z_0-9]+)\(\)|logging\.getLogger\(('(?:[^'\\]|\\.
 def flag_getter(text: str):
     """The function that reads a flag the trace read, from its text (`torch.get_default_device()`,
     `logging.getLogger('app').isEnabledFor(10)`); None when the text names none we know."""
+    if text == PARAMETRIZE_CACHE:  # a parametrized module's (tracing/global_state.py)
+        return _parametrize_cache_enabled
     m = _FLAG.fullmatch(text)
     if m is None:
         return None

@@ -146,6 +146,29 @@ def _flag_reader(name):
     return fn
 
 
+PARAMETRIZE_CACHE = "torch.nn.utils.parametrize._cache_enabled"
+
+
+def _parametrize_cache_enabled() -> int:
+    from torch.nn.utils import parametrize
+    return parametrize._cache_enabled
+
+
+def parametrized(tracer, module) -> None:
+    """A module with parametrizations (`register_parametrization`, weight_norm, orthogonal): inside
+    `parametrize.cached()` eager computes each parametrized weight once and keeps it in a global of torch's,
+    which the trace's getter would fill with its stand-in, and the compiled code would compute it again on
+    every call. Whether a block is open is guarded; a call inside one runs eagerly."""
+    from torch.nn.utils import parametrize
+    if PARAMETRIZE_CACHE in tracer.flag_reads or not any(parametrize.is_parametrized(m) for m in module.modules()):
+        return
+    if parametrize._cache_enabled:  # (raised when the trace starts: intercept_global_state)
+        tracer.pending_break = GraphBreak("a parametrized module inside torch.nn.utils.parametrize.cached() (its "
+                                          "weights are computed once for the block, in torch's cache)", None,
+                                          "The call runs eagerly.")
+    tracer.flag_reads[PARAMETRIZE_CACHE] = (_parametrize_cache_enabled, 0)
+
+
 _TRACER = object()  # the key of a handler dict that holds its trace's tracer
 
 
@@ -264,6 +287,8 @@ def intercept_global_state(tracer):
             torch.autograd.Function.apply = classmethod(_function_apply)
         _users += 1
     try:
+        if getattr(tracer, "pending_break", None) is not None:
+            raise tracer.pending_break
         yield
         changed = torch_flags.changed(flags)
         if changed:

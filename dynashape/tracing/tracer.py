@@ -35,7 +35,7 @@ from .meta_device import META_IMPL as _META_IMPL, meta_to as _meta_to
 from .names import target_name
 from .mode import _FACTORIES, TracingMode, symbolic_strides
 from .tensor_attrs import ESCAPE_ADVICE, TracedGradFn
-from .global_state import intercept_global_state
+from .global_state import intercept_global_state, parametrized
 from .state import tracing_scope
 from .speculate import data_guard, describe_condition, guard_text, random_op
 from .standins import meta_leaf as _meta_leaf, misfit as _misfit, tensors_in as _tensors
@@ -114,6 +114,7 @@ class Tracer:
     # ----------------------------------------------------------------- inputs
     def register_module(self, module: torch.nn.Module, source: Source) -> None:
         """Parameters and buffers of `module` become inputs read from it at each call."""
+        parametrized(self, module)  # (inside parametrize.cached(): eagerly)
         members = [(n, t, "param") for n, t in module.named_parameters(remove_duplicate=True)]
         members += [(n, t, "buffer") for n, t in module.named_buffers(remove_duplicate=True)]
         for name, t, kind in members:

@@ -2,6 +2,7 @@
 import builtins
 import threading
 
+import pytest
 import torch
 
 import dynashape as ds
@@ -218,3 +219,51 @@ def test_a_call_inside_a_dual_level_runs_eagerly_with_its_tangent():
         tangent = fwAD.unpack_dual(cf(d)).tangent
     assert tangent is not None
     torch.testing.assert_close(tangent, torch.ones(3).cos() * 2)
+
+
+# ---- torch.nn.utils.parametrize.cached(): a cache in a global of torch's (a sixth hunt)
+
+class _Symmetric(torch.nn.Module):
+    def forward(self, w):
+        return (w + w.t()) / 2
+
+
+def _parametrized():
+    from torch.nn.utils import parametrize
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(4, 4)
+    parametrize.register_parametrization(lin, "weight", _Symmetric())
+    return lin
+
+
+@pytest.mark.parametrize("first_inside", [False, True])
+def test_a_parametrized_module_inside_parametrize_cached_keeps_the_blocks_weight(first_inside):
+    """Inside the block eager computes the weight once (an in-place update of `original` is not seen until
+    the block ends); the compiled code computed it again, and a first trace inside the block left its
+    FakeTensor in torch's cache."""
+    from torch.nn.utils import parametrize
+    runs = []
+    for compiled in (False, True):
+        m = _parametrized()
+        f = ds.compile(m) if compiled else m
+        x, outs = torch.ones(3, 4), []
+        if not first_inside:
+            outs.append(f(x))
+        with parametrize.cached():
+            outs.append(f(x * 2))
+            with torch.no_grad():
+                m.parametrizations.weight.original.add_(1.0)
+            outs.append(f(x * 3))
+            assert all(type(v) is torch.Tensor for v in parametrize._cache.values())
+        outs.append(f(x))
+        runs.append([o.detach() for o in outs])
+    torch.testing.assert_close(runs[1], runs[0])
+
+
+def test_a_parametrized_module_exports_and_checks_the_block():
+    from torch.nn.utils import parametrize
+    m = _parametrized()
+    ep = ds.export(m, (torch.ones(3, 4),))
+    torch.testing.assert_close(ep(torch.ones(3, 4)), m(torch.ones(3, 4)))
+    with parametrize.cached(), pytest.raises(RuntimeError, match="parametrize._cache_enabled"):
+        ep(torch.ones(3, 4))
