@@ -72,3 +72,33 @@ def outcome(fn, *args):
         return fn(*args)
     except Exception as e:  # noqa: BLE001 - the exception type is what is compared
         return type(e)
+
+
+def same_values(got, want):
+    """The same values (to the bit; NaN for NaN), dtypes and shapes, or the same exception."""
+    if isinstance(want, type) or isinstance(got, type):
+        assert got == want, (got, want)
+        return
+    got, want = (got if isinstance(got, tuple) else (got,)), (want if isinstance(want, tuple) else (want,))
+    assert len(got) == len(want)
+    for i, (g, w) in enumerate(zip(got, want)):
+        assert g.dtype == w.dtype and g.shape == w.shape, (i, g, w)
+        if not w.is_floating_point():
+            assert torch.equal(g, w), (i, g, w)
+            continue
+        assert bool(((g == w) | (g.isnan() & w.isnan())).all()), (i, g, w)
+        zero = w == 0
+        assert torch.equal(torch.signbit(g[zero]), torch.signbit(w[zero])), (i, g, w)
+
+
+def bitwise_vs_eager(fn, cases, fused=True):
+    """`fn` compiled (dynamic sizes) against eager on each case, value for value (`same_values`); with `fused`,
+    kernels must run."""
+    ds.reset()
+    with ds.config.patch(fused_sync=True):
+        cf = ds.compile(fn, dynamic=True, backend="fused")
+        for args in cases:
+            same_values(outcome(cf, *args), outcome(fn, *args))
+    if fused:
+        assert any(e.fn.fused for e in cf.entries), [e.fn.error for e in cf.entries]  # (not a size-0 entry)
+    return cf

@@ -11,36 +11,13 @@ import torch
 
 import dynashape as ds
 
-from .oracle import outcome as _outcome
+from .oracle import bitwise_vs_eager as _check, outcome as _outcome, same_values as _same
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 needs_triton = pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="triton is not installed")
 
 HALF = [torch.float16, torch.bfloat16]
 SHAPES = [(0,), (1,), (1, 1), (3, 5), (4, 33)]
-
-
-def _same(got, want):
-    """The same values (to the bit, NaN for NaN), dtypes and shapes, or the same exception type."""
-    if isinstance(want, type) or isinstance(got, type):
-        assert got == want, (got, want)
-        return
-    got, want = (got if isinstance(got, tuple) else (got,)), (want if isinstance(want, tuple) else (want,))
-    assert len(got) == len(want)
-    for i, (g, w) in enumerate(zip(got, want)):
-        assert g.dtype == w.dtype and g.shape == w.shape, (i, g, w)
-        assert bool(((g == w) | (g.isnan() & w.isnan())).all()), (i, g, w)
-
-
-def _check(fn, cases, fused=True):
-    """`fn` compiled (dynamic sizes) against eager on each case; with `fused`, kernels must run."""
-    ds.reset()
-    with ds.config.patch(fused_sync=True):
-        cf = ds.compile(fn, dynamic=True, backend="fused")
-        for args in cases:
-            _same(_outcome(cf, *args), _outcome(fn, *args))
-    if fused:
-        assert any(e.fn.fused for e in cf.entries), [e.fn.error for e in cf.entries]  # (not a size-0 entry)
 
 
 # ---------------------------------------------------------------- 1. half types: the value of a number
